@@ -1,0 +1,36 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "kvsfs",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "kvsfs", targets: ["kvsfs"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CFuse",
+            pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]
+        ),
+        .target(name: "FuseKit", dependencies: ["CFuse"]),
+        .target(name: "KVStore", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore"]),
+        .executableTarget(
+            name: "kvsfs",
+            dependencies: [
+                "FuseKit", "KVStore", "KVSFS",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+        .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS"], path: "Tests/KVTestSupport"),
+        .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport"]),
+        .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport"]),
+        .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
+    ]
+)

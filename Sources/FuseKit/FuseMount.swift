@@ -1,0 +1,66 @@
+import CFuse
+import Glibc
+
+/// Why a mount could not be made.
+public struct FuseMountError: Error, CustomStringConvertible, Sendable {
+    public let description: String
+}
+
+/// A FUSE session mounted on a directory, serving one file system until it is unmounted.
+public final class FuseMount: @unchecked Sendable {
+    public let mountpoint: String
+    private let session: OpaquePointer
+    private let box: Unmanaged<FileSystemBox>
+
+    /// Mounts `fileSystem` on `mountpoint` with mount `options` (as for `-o`). Requests are
+    /// served once `run()` is called.
+    public init(fileSystem: any FuseFileSystem, mountpoint: String, options: [String]) throws(FuseMountError) {
+        self.mountpoint = mountpoint
+        let box = Unmanaged.passRetained(FileSystemBox(fileSystem))
+        self.box = box
+        var operations = makeLowLevelOperations()
+        var args = fuse_args(argc: 0, argv: nil, allocated: 0)
+        for argument in ["kvsfs"] + (options.isEmpty ? [] : ["-o", options.joined(separator: ",")]) {
+            _ = cfuse_args_add(&args, argument)
+        }
+        defer { fuse_opt_free_args(&args) }
+        guard let session = withUnsafePointer(to: &operations, /* libfuse copies the table */ { cfuse_session_new(&args, $0, box.toOpaque()) }) else {
+            box.release()
+            throw FuseMountError(description: "libfuse refused the mount options \(options.joined(separator: ","))")
+        }
+        guard fuse_session_mount(session, mountpoint) == 0 else {
+            fuse_session_destroy(session)
+            box.release()
+            throw FuseMountError(description: "cannot mount on \(mountpoint) (is /dev/fuse there, and are you allowed to mount?)")
+        }
+        self.session = session
+    }
+
+    deinit {
+        fuse_session_destroy(session)
+        box.release()
+    }
+
+    /// Makes SIGINT, SIGTERM and SIGHUP end `run()`.
+    public func handleSignals() {
+        fuse_set_signal_handlers(session)
+    }
+
+    /// Serves requests on several threads until the mount is unmounted or a handled signal
+    /// arrives, then unmounts. Returns libfuse's status (0 on a clean end).
+    @discardableResult
+    public func run() -> Int32 {
+        let status = cfuse_session_loop_mt(session, 4)
+        fuse_remove_signal_handlers(session)
+        fuse_session_unmount(session)
+        return status
+    }
+
+    /// Ends `run()` from another thread by unmounting (lazily if files are still open).
+    public func unmount() {
+        fuse_session_exit(session)
+        if umount2(mountpoint, 0) != 0 {
+            umount2(mountpoint, Int32(MNT_DETACH))
+        }
+    }
+}

@@ -1,0 +1,118 @@
+import FoundationEssentials
+import FuseKit
+import KVStore
+
+/// A file of the mount, as the kernel knows it by inode number.
+final class Node {
+    enum Kind {
+        /// The value of a key in the store.
+        case key(String)
+        /// A new, empty file that becomes the key when a value is written to it.
+        case placeholder(String)
+        /// An editor's or tool's scratch file, kept in memory only.
+        case editorFile(EditorFile)
+        /// Unlinked; open handles still read what it held.
+        case removed([UInt8])
+    }
+
+    let inode: InodeNumber
+    var name: String
+    var kind: Kind
+    var modifiedAt: Date
+    /// How many times the kernel has looked this node up and not yet forgotten it.
+    var lookups: UInt64 = 0
+    var openHandles = 0
+    var openWriters = 0
+    /// Whether the kernel's page cache holds this node's current content.
+    var pageCacheTrusted = false
+    /// The value rendered in a non-XML format, for the XML it was rendered from.
+    var rendered: (xml: [UInt8], bytes: [UInt8])?
+
+    init(inode: InodeNumber, name: String, kind: Kind, modifiedAt: Date) {
+        self.inode = inode
+        self.name = name
+        self.kind = kind
+        self.modifiedAt = modifiedAt
+    }
+
+    var isRemoved: Bool {
+        if case .removed = kind { return true }
+        return false
+    }
+}
+
+/// The content of an editor's scratch file.
+struct EditorFile {
+    var content: [UInt8]
+    /// The key this file was renamed from (vim's `k` → `k~`). The key stays in the store,
+    /// hidden, until this file is removed (then the key is deleted) or renamed to a key name.
+    var hiddenKey: String?
+}
+
+/// One open of a file. Writes go to the handle's own buffer and are committed at flush,
+/// fsync or release.
+final class OpenFile {
+    let node: Node
+    let writable: Bool
+    /// What this handle has written: nil until the first write or truncation.
+    var buffer: [UInt8]?
+    /// Whether `buffer` holds something not yet committed.
+    var dirty = false
+    /// A refusal already given to this handle: nothing it wrote will be committed.
+    var refusal: (any Error)?
+
+    init(node: Node, writable: Bool) {
+        self.node = node
+        self.writable = writable
+    }
+}
+
+/// Everything the mount keeps in memory, guarded by one lock.
+struct Namespace {
+    var nodes: [InodeNumber: Node] = [:]
+    /// The nodes of the names currently in the directory (keys get a node when first seen).
+    var names: [String: Node] = [:]
+    /// Keys renamed to an editor file name, and the file that holds each.
+    var hiddenKeys: [String: Node] = [:]
+    var handles: [FileHandle: OpenFile] = [:]
+    var listings: [FileHandle: [DirectoryEntry]] = [:]
+    var nextInode: UInt64 = InodeNumber.root.rawValue + 1
+    var nextHandle: UInt64 = 1
+    var directoryModifiedAt: Date
+
+    init(now: Date) {
+        directoryModifiedAt = now
+    }
+
+    /// Files that are not keys: placeholders and editor files.
+    var pendingFileCount: Int {
+        names.values.count { node in
+            switch node.kind {
+            case .placeholder, .editorFile: true
+            case .key, .removed: false
+            }
+        }
+    }
+
+    mutating func addNode(name: String, kind: Node.Kind, modifiedAt: Date) -> Node {
+        let node = Node(inode: InodeNumber(nextInode), name: name, kind: kind, modifiedAt: modifiedAt)
+        nextInode += 1
+        nodes[node.inode] = node
+        names[name] = node
+        return node
+    }
+
+    mutating func addHandle(_ file: OpenFile) -> FileHandle {
+        let handle = FileHandle(nextHandle)
+        nextHandle += 1
+        handles[handle] = file
+        return handle
+    }
+
+    /// Forgets a removed node once neither the kernel nor an open handle refers to it.
+    mutating func dropIfUnused(_ node: Node) {
+        if node.isRemoved, node.lookups == 0, node.openHandles == 0 {
+            nodes[node.inode] = nil
+        }
+    }
+}

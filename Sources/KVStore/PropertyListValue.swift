@@ -1,0 +1,46 @@
+import Foundation
+
+/// A property-list value: what one key of the store holds.
+///
+/// Dates keep whole seconds, as the XML property-list format does; dictionary keys are strings.
+public enum PropertyListValue: Hashable, Sendable {
+    case string(String)
+    case integer(Int)
+    case real(Double)
+    case boolean(Bool)
+    case date(Date)
+    case data(Data)
+    case array([PropertyListValue])
+    case dictionary([String: PropertyListValue])
+
+    /// The value's type, as `user.kvsfs.type` names it.
+    public var type: ValueType {
+        switch self {
+        case .string: .string
+        case .integer: .integer
+        case .real: .real
+        case .boolean: .boolean
+        case .date: .date
+        case .data: .data
+        case .array: .array
+        case .dictionary: .dictionary
+        }
+    }
+}
+
+/// The eight property-list types.
+public enum ValueType: String, Sendable, CaseIterable, Codable {
+    case string, integer, real, boolean, date, data, array, dictionary
+}
+
+/// The on-disk form in which a mount shows values.
+public enum ValueFormat: String, Sendable, CaseIterable {
+    case xml, binary
+}
+
+/// One change to the store, for `KeyValueStore.apply`.
+public enum KeyChange: Sendable, Equatable {
+    case put(String, PropertyListValue)
+    case delete(String)
+    case move(from: String, to: String)
+}

@@ -1,0 +1,40 @@
+/// Why the store refused an operation. Every refusal leaves the store as it was.
+public enum StoreError: Error, Equatable, Sendable {
+    /// The bytes are not a property list the store accepts.
+    case invalidPropertyList(String)
+    /// One value would exceed the per-value limit.
+    case valueTooLarge(size: Int, limit: Int)
+    /// All values together would exceed the store's byte limit.
+    case storeFull(needed: Int, available: Int, limit: Int)
+    /// One key too many.
+    case tooManyKeys(limit: Int)
+    /// A key name longer than the limit, in bytes of UTF-8.
+    case keyTooLong(bytes: Int, limit: Int)
+    /// The empty string is not a key.
+    case emptyKey
+    case noSuchKey(String)
+    case keyExists(String)
+    /// Another process has this store open.
+    case storeInUse(String)
+    case invalidStoreName(String)
+    /// SQLite failed; the message is SQLite's.
+    case database(String)
+}
+
+extension StoreError: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .invalidPropertyList(let reason): "not a property list: \(reason)"
+        case .valueTooLarge(let size, let limit): "value of \(size) bytes exceeds the per-value limit of \(limit) bytes"
+        case .storeFull(let needed, let available, let limit): "value needs \(needed) bytes but only \(available) of the store's \(limit) bytes are free"
+        case .tooManyKeys(let limit): "the store already holds its limit of \(limit) keys"
+        case .keyTooLong(let bytes, let limit): "key name of \(bytes) bytes exceeds the limit of \(limit) bytes"
+        case .emptyKey: "the empty string is not a key"
+        case .noSuchKey(let key): "no key \(key)"
+        case .keyExists(let key): "key \(key) exists"
+        case .storeInUse(let path): "the store \(path) is already mounted by another kvsfs process"
+        case .invalidStoreName(let name): "invalid store name \(name): use letters, digits, '.', '_' and '-'"
+        case .database(let message): "database error: \(message)"
+        }
+    }
+}

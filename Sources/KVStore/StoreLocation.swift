@@ -1,0 +1,50 @@
+import Foundation
+
+/// Where a store lives: one SQLite database per store in a data directory.
+public struct StoreLocation: Sendable, Equatable {
+    public let dataDirectory: URL
+    public let storeID: String
+
+    public init(dataDirectory: URL, storeID: String) throws(StoreError) {
+        guard Self.isValidStoreID(storeID) else { throw .invalidStoreName(storeID) }
+        self.dataDirectory = dataDirectory
+        self.storeID = storeID
+    }
+
+    public var databasePath: String { dataDirectory.appendingPathComponent("\(storeID).sqlite").path }
+    public var lockPath: String { dataDirectory.appendingPathComponent("\(storeID).lock").path }
+
+    /// `$XDG_DATA_HOME/kvsfs`, else `~/.local/share/kvsfs`.
+    public static func defaultDataDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> URL {
+        if let xdg = environment["XDG_DATA_HOME"], !xdg.isEmpty {
+            return URL(fileURLWithPath: xdg).appendingPathComponent("kvsfs")
+        }
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        return URL(fileURLWithPath: home).appendingPathComponent(".local/share/kvsfs")
+    }
+
+    public static func isValidStoreID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 128 && !id.hasPrefix(".")
+            && id.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) && $0.isASCII || "._-".unicodeScalars.contains($0) }
+    }
+}
+
+/// An exclusive lock on a store, held while it is mounted; the kernel drops it if the process dies.
+public final class StoreLock: Sendable {
+    private let descriptor: Int32
+
+    public init(location: StoreLocation) throws(StoreError) {
+        let fd = open(location.lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw .database("cannot open \(location.lockPath): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw .storeInUse(location.databasePath)
+        }
+        descriptor = fd
+    }
+
+    deinit {
+        flock(descriptor, LOCK_UN)
+        close(descriptor)
+    }
+}
