@@ -156,7 +156,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
             guard file.writable else { throw FileSystemError.notOpenForWriting }
-            if let refusal = file.refusal { throw refusal }
+            if let refusal = file.writeRefusal { throw refusal }
             var buffer = file.buffer ?? content(of: file.node)
             file.buffer = nil  // keep `buffer` uniquely referenced while it grows
             let end = offset + bytes.count
@@ -165,7 +165,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
                     try checkGrowth(of: file.node, to: end)
                 } catch {
                     file.buffer = buffer
-                    file.refusal = error
+                    file.writeRefusal = error
                     throw error
                 }
                 buffer.append(contentsOf: repeatElement(0, count: end - buffer.count))
@@ -175,6 +175,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
             }
             file.buffer = buffer
             file.dirty = true
+            file.commitRefusal = nil
             return bytes.count
         }
     }
@@ -197,7 +198,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
     public func release(inode: InodeNumber, handle: FileHandle) {
         state.withLock { ns in
             guard let file = ns.handles.removeValue(forKey: handle) else { return }
-            if file.dirty, file.refusal == nil {
+            if file.dirty, file.writeRefusal == nil, file.commitRefusal == nil {
                 do {
                     try commit(file, in: &ns)
                 } catch {
@@ -453,13 +454,13 @@ public final class KeyValueFileSystem: FuseFileSystem {
 
     /// Commits what a handle wrote. Idempotent: a second flush of the same data does nothing.
     private func commit(_ file: OpenFile, in ns: inout Namespace) throws {
-        if let refusal = file.refusal { throw refusal }
+        if let refusal = file.writeRefusal ?? file.commitRefusal { throw refusal }
         guard file.dirty else { return }
         do {
             try commit(file.buffer ?? [], to: file.node, in: &ns)
             file.dirty = false
         } catch {
-            file.refusal = error
+            file.commitRefusal = error
             throw error
         }
     }
@@ -496,7 +497,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         let writers = handle.map { $0.writable ? [$0] : [] } ?? ns.handles.values.filter { $0.node === node && $0.writable }
         guard writers.isEmpty else {
             for file in writers {
-                if let refusal = file.refusal { throw refusal }
+                if let refusal = file.writeRefusal { throw refusal }
                 var buffer = file.buffer ?? content(of: node)
                 if size > buffer.count {
                     try checkGrowth(of: node, to: size)
@@ -506,6 +507,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
                 }
                 file.buffer = buffer
                 file.dirty = true
+                file.commitRefusal = nil
             }
             return
         }

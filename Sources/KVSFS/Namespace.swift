@@ -58,8 +58,12 @@ final class OpenFile {
     var buffer: [UInt8]?
     /// Whether `buffer` holds something not yet committed.
     var dirty = false
-    /// A refusal already given to this handle: nothing it wrote will be committed.
-    var refusal: (any Error)?
+    /// A refusal given at write(): bytes are missing, so nothing this handle wrote will
+    /// ever be committed.
+    var writeRefusal: (any Error)?
+    /// A refusal given at commit to the content as it stands; writing more clears it, so
+    /// that a flush of a descriptor closed early (bash's redirections) does not doom the rest.
+    var commitRefusal: (any Error)?
 
     init(node: Node, writable: Bool) {
         self.node = node

@@ -1,0 +1,27 @@
+import ArgumentParser
+
+@main
+struct KVSFSCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kvsfs",
+        abstract: "Mount a key-value store as a directory: one file per key, property lists as contents.",
+        discussion: "See kvsfs(1) for formats, quotas, errors and the editor-file rule.",
+        version: "0.1.0",
+        subcommands: [Mount.self, Get.self, Set.self, Delete.self]
+    )
+}
+
+/// Options naming a store on this machine.
+struct StoreOptions: ParsableArguments {
+    @Option(name: .customLong("store"), help: "The store to mount.")
+    var storeID = "default"
+
+    @Option(name: .customLong("data-dir"), help: "Where stores live (default: $XDG_DATA_HOME/kvsfs, else ~/.local/share/kvsfs).")
+    var dataDirectory: String?
+
+    func validate() throws {
+        if !isValidStoreID(storeID) {
+            throw ValidationError("invalid store name '\(storeID)': use letters, digits, '.', '_' and '-'")
+        }
+    }
+}

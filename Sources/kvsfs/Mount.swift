@@ -1,0 +1,135 @@
+import ArgumentParser
+import Foundation
+import FuseKit
+import KVSFS
+import KVStore
+
+struct Mount: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Mount a store on MOUNTPOINT and serve it in the foreground until unmounted.")
+
+    @Argument(help: "An existing, empty directory.")
+    var mountpoint: String
+
+    @OptionGroup var store: StoreOptions
+
+    @Option(help: "The form files show values in: xml or binary.")
+    var format: String = "xml"
+
+    @Option(name: .customLong("quota-total"), help: "Byte limit for all values together (kept for the store).")
+    var totalBytes: Int?
+
+    @Option(name: .customLong("quota-value"), help: "Byte limit for one value (kept for the store).")
+    var valueBytes: Int?
+
+    @Option(name: .customLong("quota-keys"), help: "Limit on the number of keys (kept for the store).")
+    var keys: Int?
+
+    @Option(name: .customLong("quota-key-length"), help: "Limit on a key name, in bytes of UTF-8, at most 80 (kept for the store).")
+    var keyNameBytes: Int?
+
+    @Flag(name: .customLong("allow-other"), help: "Let other users use the mount.")
+    var allowOther = false
+
+    func validate() throws {
+        guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
+        for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
+            if let value, value < 1 { throw ValidationError("\(name) must be a positive number") }
+        }
+        if let keyNameBytes, keyNameBytes > 80 { throw ValidationError("--quota-key-length can be at most 80, so that every key has a file name") }
+    }
+
+    func run() throws {
+        let path = URL(fileURLWithPath: mountpoint).standardizedFileURL.path
+        try MountpointCheck.check(path)
+
+        let dataDirectory = store.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
+        let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)
+        do {
+            try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw CommandFailure("cannot create the data directory \(dataDirectory.path): \(error.localizedDescription)")
+        }
+        let lock: StoreLock
+        do {
+            lock = try StoreLock(location: location)
+        } catch {
+            throw CommandFailure("store '\(store.storeID)' in \(dataDirectory.path) is already mounted by another kvsfs process")
+        }
+        let keyValueStore = try KeyValueStore(path: location.databasePath)
+        if let limits = requestedLimits(over: keyValueStore.limits) { try keyValueStore.setLimits(limits) }
+
+        let fileSystem = KeyValueFileSystem(
+            store: keyValueStore,
+            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!))
+        var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs", "default_permissions"]
+        if allowOther { options.append("allow_other") }
+        let mount: FuseMount
+        do {
+            mount = try FuseMount(fileSystem: fileSystem, mountpoint: path, options: options)
+        } catch {
+            throw CommandFailure(error.description)
+        }
+        mount.handleSignals()
+        let status = mount.run()
+        try keyValueStore.makeDurable()
+        withExtendedLifetime(lock) {}
+        if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
+    }
+
+    private func requestedLimits(over current: QuotaLimits) -> QuotaLimits? {
+        guard totalBytes != nil || valueBytes != nil || keys != nil || keyNameBytes != nil else { return nil }
+        var limits = current
+        if let totalBytes { limits.totalBytes = totalBytes }
+        if let valueBytes { limits.valueBytes = valueBytes }
+        if let keys { limits.keys = keys }
+        if let keyNameBytes { limits.keyNameBytes = keyNameBytes }
+        return limits
+    }
+}
+
+/// The checks made before mounting, so that a bad mountpoint leaves nothing mounted.
+enum MountpointCheck {
+    static func check(_ path: String) throws {
+        var info = stat()
+        if stat(path, &info) != 0 {
+            let code = errno
+            if code == ENOTCONN {
+                throw CommandFailure("\(path) is a mount whose daemon has gone away: unmount it with 'fusermount3 -u \(path)' first")
+            }
+            if code == ENOENT { throw CommandFailure("mountpoint \(path) does not exist: create it with 'mkdir -p \(path)'") }
+            throw CommandFailure("cannot use mountpoint \(path): \(String(cString: strerror(code)))")
+        }
+        guard info.st_mode & S_IFMT == S_IFDIR else { throw CommandFailure("mountpoint \(path) is not a directory") }
+        if isMountpoint(path) { throw CommandFailure("\(path) is already a mount point: unmount it first") }
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        if !entries.isEmpty { throw CommandFailure("mountpoint \(path) is not empty (\(entries.count) entries): mount on an empty directory") }
+    }
+
+    /// Whether `path` is listed as a mount point in /proc/self/mountinfo.
+    static func isMountpoint(_ path: String) -> Bool {
+        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            if fields.count > 4, unescapeMountPath(String(fields[4])) == path { return true }
+        }
+        return false
+    }
+
+    /// mountinfo writes space, tab, newline and backslash as octal escapes.
+    private static func unescapeMountPath(_ text: String) -> String {
+        var result = ""
+        var iterator = Array(text.utf8)[...]
+        var bytes = [UInt8]()
+        while let byte = iterator.popFirst() {
+            if byte == UInt8(ascii: "\\"), iterator.count >= 3, let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8) {
+                bytes.append(value)
+                iterator = iterator.dropFirst(3)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        result = String(decoding: bytes, as: UTF8.self)
+        return result
+    }
+}

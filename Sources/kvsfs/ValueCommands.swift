@@ -1,0 +1,163 @@
+import ArgumentParser
+import Foundation
+import KVStore
+
+struct Get: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print a key's value: a scalar plainly, a container as an XML property list.")
+
+    @Argument(help: "A file in a mount (any property-list file works).")
+    var path: String
+
+    func run() throws {
+        let bytes = try ValueFile.read(path)
+        let value: PropertyListValue
+        do {
+            value = try PropertyListCodec.decode(bytes)
+        } catch {
+            throw CommandFailure("\(path): \(error)")
+        }
+        print(try ValueText.plain(value), terminator: "")
+    }
+}
+
+struct Set: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write a typed value to a key, in the manner of `defaults write`.",
+        discussion: "Give exactly one of the typed options, e.g. `kvsfs set ~/kv/volume -int 3`.")
+
+    @Argument(help: "A file in a mount.")
+    var path: String
+
+    @Option(name: .customLong("string", withSingleDash: true)) var string: String?
+    @Option(name: .customLong("int", withSingleDash: true)) var integer: Int?
+    @Option(name: .customLong("real", withSingleDash: true)) var real: Double?
+    @Option(name: .customLong("bool", withSingleDash: true), help: "true, false, yes, no, 1 or 0.") var boolean: String?
+    @Option(name: .customLong("date", withSingleDash: true), help: "ISO 8601, e.g. 2026-11-22T10:00:00Z.") var date: String?
+    @Option(name: .customLong("data", withSingleDash: true), help: "Base64.") var data: String?
+    @Option(name: .customLong("array", withSingleDash: true), parsing: .upToNextOption, help: "Strings.") var array: [String] = []
+    @Option(name: .customLong("dict", withSingleDash: true), parsing: .upToNextOption, help: "Key and string value pairs.") var dictionary: [String] = []
+    @Option(name: .customLong("plist", withSingleDash: true), help: "A property-list file in any format; - for standard input.") var plist: String?
+
+    @Flag(name: .customLong("empty-array", withSingleDash: true), help: "An empty array.") var emptyArray = false
+    @Flag(name: .customLong("empty-dict", withSingleDash: true), help: "An empty dictionary.") var emptyDictionary = false
+
+    func validate() throws {
+        let given = [string != nil, integer != nil, real != nil, boolean != nil, date != nil, data != nil,
+                     !array.isEmpty || emptyArray, !dictionary.isEmpty || emptyDictionary, plist != nil].filter { $0 }.count
+        if given != 1 { throw ValidationError("give exactly one value option (-string, -int, -real, -bool, -date, -data, -array, -dict, -plist)") }
+        if dictionary.count % 2 != 0 { throw ValidationError("-dict takes key and value pairs") }
+    }
+
+    func run() throws {
+        try ValueFile.write(try PropertyListCodec.encodeXML(try value()), to: path)
+    }
+
+    private func value() throws -> PropertyListValue {
+        if let string { return .string(string) }
+        if let integer { return .integer(integer) }
+        if let real { return .real(real) }
+        if let boolean {
+            switch boolean.lowercased() {
+            case "true", "yes", "1": return .boolean(true)
+            case "false", "no", "0": return .boolean(false)
+            default: throw CommandFailure("-bool takes true, false, yes, no, 1 or 0, not '\(boolean)'")
+            }
+        }
+        if let date {
+            let formatter = ISO8601DateFormatter()
+            guard let parsed = formatter.date(from: date) else { throw CommandFailure("-date takes ISO 8601 such as 2026-11-22T10:00:00Z, not '\(date)'") }
+            return .date(parsed)
+        }
+        if let data {
+            guard let decoded = Data(base64Encoded: data) else { throw CommandFailure("-data takes base64, and '\(data)' is not") }
+            return .data(decoded)
+        }
+        if !array.isEmpty || emptyArray { return .array(array.map { .string($0) }) }
+        if !dictionary.isEmpty || emptyDictionary {
+            var items = [String: PropertyListValue]()
+            for index in stride(from: 0, to: dictionary.count, by: 2) { items[dictionary[index]] = .string(dictionary[index + 1]) }
+            return .dictionary(items)
+        }
+        let bytes: [UInt8]
+        if plist == "-" {
+            bytes = [UInt8](FileHandle.standardInput.readDataToEndOfFile())
+        } else {
+            bytes = try ValueFile.read(plist!)
+        }
+        do {
+            return try PropertyListCodec.decode(bytes)
+        } catch {
+            throw CommandFailure("\(plist!): \(error)")
+        }
+    }
+}
+
+struct Delete: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Remove a key.")
+
+    @Argument(help: "A file in a mount.")
+    var path: String
+
+    func run() throws {
+        if unlink(path) != 0 { throw CommandFailure("cannot delete \(path): \(explain(errno))") }
+    }
+}
+
+/// Reads and writes whole value files with plain system calls, so that every errno the
+/// mount gives (at write, fsync or close) reaches the user.
+enum ValueFile {
+    static func read(_ path: String) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw CommandFailure("cannot read \(path): \(explain(errno))") }
+        defer { close(fd) }
+        var bytes = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let count = Glibc.read(fd, &chunk, chunk.count)
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw CommandFailure("cannot read \(path): \(explain(errno))")
+            }
+            if count == 0 { return bytes }
+            bytes.append(contentsOf: chunk[0..<count])
+        }
+    }
+
+    static func write(_ bytes: [UInt8], to path: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw CommandFailure("cannot write \(path): \(explain(errno))") }
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                close(fd)
+                throw CommandFailure("cannot write \(path): \(explain(code))")
+            }
+            offset += count
+        }
+        if fsync(fd) != 0 {
+            let code = errno
+            close(fd)
+            throw CommandFailure("cannot write \(path): \(explain(code))")
+        }
+        if close(fd) != 0 { throw CommandFailure("cannot write \(path): \(explain(errno))") }
+    }
+}
+
+/// How `kvsfs get` prints values.
+enum ValueText {
+    static func plain(_ value: PropertyListValue) throws -> String {
+        switch value {
+        case .string(let s): return s + "\n"
+        case .integer(let i): return "\(i)\n"
+        case .real(let d): return "\(d)\n"
+        case .boolean(let b): return b ? "true\n" : "false\n"
+        case .date(let d): return ISO8601DateFormatter().string(from: d) + "\n"
+        case .data(let d): return d.base64EncodedString() + "\n"
+        case .array, .dictionary: return String(decoding: try PropertyListCodec.encodeXML(value), as: UTF8.self)
+        }
+    }
+}
