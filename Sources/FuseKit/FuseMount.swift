@@ -1,5 +1,6 @@
 import CFuse
 import Glibc
+import Synchronization
 
 /// Why a mount could not be made.
 public struct FuseMountError: Error, CustomStringConvertible, Sendable {
@@ -11,6 +12,8 @@ public final class FuseMount: @unchecked Sendable {
     public let mountpoint: String
     private let session: OpaquePointer
     private let box: Unmanaged<FileSystemBox>
+    private let unmountedHere = Mutex(false)
+    private let handlesSignals = Mutex(false)
 
     /// Mounts `fileSystem` on `mountpoint` with mount `options` (as for `-o`). Requests are
     /// served once `run()` is called.
@@ -43,6 +46,7 @@ public final class FuseMount: @unchecked Sendable {
 
     /// Makes SIGINT, SIGTERM and SIGHUP end `run()`.
     public func handleSignals() {
+        handlesSignals.withLock { $0 = true }
         fuse_set_signal_handlers(session)
     }
 
@@ -51,13 +55,14 @@ public final class FuseMount: @unchecked Sendable {
     @discardableResult
     public func run() -> Int32 {
         let status = cfuse_session_loop_mt(session, 4)
-        fuse_remove_signal_handlers(session)
-        fuse_session_unmount(session)
+        if handlesSignals.withLock({ $0 }) { fuse_remove_signal_handlers(session) }
+        if !unmountedHere.withLock({ $0 }) { fuse_session_unmount(session) }
         return status
     }
 
     /// Ends `run()` from another thread by unmounting (lazily if files are still open).
     public func unmount() {
+        unmountedHere.withLock { $0 = true }
         fuse_session_exit(session)
         if umount2(mountpoint, 0) != 0 {
             umount2(mountpoint, Int32(MNT_DETACH))

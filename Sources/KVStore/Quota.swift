@@ -22,6 +22,10 @@ public struct QuotaLimits: Sendable, Equatable, Codable {
 public struct QuotaUsage: Sendable, Equatable {
     public var bytes: Int
     public var keys: Int
+    public init(bytes: Int, keys: Int) {
+        self.bytes = bytes
+        self.keys = keys
+    }
 }
 
 /// Decides whether a change fits the limits, given what the store already uses.
