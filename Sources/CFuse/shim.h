@@ -18,21 +18,19 @@ static inline struct fuse_session *cfuse_session_new(struct fuse_args *args,
     return fuse_session_new(args, ops, sizeof(*ops), userdata);
 }
 
-static inline int cfuse_session_loop_mt(struct fuse_session *se, unsigned int max_idle_threads) {
-    struct fuse_loop_config *config = fuse_loop_cfg_create();
-    if (config == NULL) return -1;
-    fuse_loop_cfg_set_clone_fd(config, 0);
-    fuse_loop_cfg_set_max_threads(config, 16);
-    fuse_loop_cfg_set_idle_threads(config, max_idle_threads);
-    int result = fuse_session_loop_mt(se, config);
-    fuse_loop_cfg_destroy(config);
-    return result;
+/* With FUSE_USE_VERSION 34 the macro resolves to the 3.2 entry point, which takes the
+   original two-field config: one /dev/fuse descriptor shared by all workers, and idle
+   workers kept (creating a thread per request costs more than the request). */
+static inline int cfuse_session_loop_mt(struct fuse_session *se) {
+    struct fuse_loop_config config = { .clone_fd = 0, .max_idle_threads = 10 };
+    return fuse_session_loop_mt(se, &config);
 }
 
-/* The open flags and the keep_cache/direct_io bits live in a bitfield Swift cannot reach. */
-static inline void cfuse_file_info_set_cache(struct fuse_file_info *fi, int keep_cache, int direct_io) {
+/* The keep_cache, direct_io and noflush bits live in a bitfield; set them in C. */
+static inline void cfuse_file_info_set_open_flags(struct fuse_file_info *fi, int keep_cache, int direct_io, int noflush) {
     fi->keep_cache = keep_cache ? 1 : 0;
     fi->direct_io = direct_io ? 1 : 0;
+    fi->noflush = noflush ? 1 : 0;
 }
 
 static inline int cfuse_args_add(struct fuse_args *args, const char *arg) {

@@ -54,7 +54,7 @@ public final class FuseMount: @unchecked Sendable {
     /// arrives, then unmounts. Returns libfuse's status (0 on a clean end).
     @discardableResult
     public func run() -> Int32 {
-        let status = cfuse_session_loop_mt(session, 4)
+        let status = cfuse_session_loop_mt(session)
         if handlesSignals.withLock({ $0 }) { fuse_remove_signal_handlers(session) }
         if !unmountedHere.withLock({ $0 }) { fuse_session_unmount(session) }
         return status

@@ -51,7 +51,7 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
         serve(req) { fs, context in
             let reply = try fs.open(inode: InodeNumber(ino), flags: OpenFlags(rawValue: fi!.pointee.flags), context: context)
             fi!.pointee.fh = reply.handle.rawValue
-            cfuse_file_info_set_cache(fi, reply.keepCache ? 1 : 0, 0)
+            cfuse_file_info_set_open_flags(fi, reply.keepCache ? 1 : 0, reply.directIO ? 1 : 0, reply.noFlush ? 1 : 0)
             if fuse_reply_open(req, fi) == -ENOENT {
                 fs.release(inode: InodeNumber(ino), handle: reply.handle)
             }
@@ -62,7 +62,7 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
             let (entry, reply) = try fs.create(parent: InodeNumber(parent), name: string(name), mode: UInt32(mode),
                                                flags: OpenFlags(rawValue: fi!.pointee.flags), context: context)
             fi!.pointee.fh = reply.handle.rawValue
-            cfuse_file_info_set_cache(fi, reply.keepCache ? 1 : 0, 0)
+            cfuse_file_info_set_open_flags(fi, reply.keepCache ? 1 : 0, reply.directIO ? 1 : 0, reply.noFlush ? 1 : 0)
             var param = entryParam(entry)
             if fuse_reply_create(req, &param, fi) == -ENOENT {
                 fs.release(inode: entry.attributes.inode, handle: reply.handle)

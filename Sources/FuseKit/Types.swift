@@ -136,9 +136,15 @@ public struct OpenReply: Sendable, Equatable {
     public var handle: FileHandle
     /// Keep the kernel's page cache of the file from earlier opens.
     public var keepCache: Bool
-    public init(handle: FileHandle, keepCache: Bool) {
+    /// Bypass the page cache: every read and write of this handle reaches the file system.
+    public var directIO: Bool
+    /// The kernel sends no FLUSH when this handle is closed (for handles that never write).
+    public var noFlush: Bool
+    public init(handle: FileHandle, keepCache: Bool, directIO: Bool = false, noFlush: Bool = false) {
         self.handle = handle
         self.keepCache = keepCache
+        self.directIO = directIO
+        self.noFlush = noFlush
     }
 }
 

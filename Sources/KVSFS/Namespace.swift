@@ -17,7 +17,6 @@ final class Node {
 
     let inode: InodeNumber
     var name: String
-    var kind: Kind
     var modifiedAt: Date
     /// How many times the kernel has looked this node up and not yet forgotten it.
     var lookups: UInt64 = 0
@@ -35,9 +34,21 @@ final class Node {
         self.modifiedAt = modifiedAt
     }
 
+    fileprivate(set) var kind: Kind
+
     var isRemoved: Bool {
         if case .removed = kind { return true }
         return false
+    }
+}
+
+extension Node.Kind {
+    /// Placeholders and editor files: files that exist only in the mount's memory.
+    var isPending: Bool {
+        switch self {
+        case .placeholder, .editorFile: true
+        case .key, .removed: false
+        }
     }
 }
 
@@ -88,18 +99,18 @@ struct Namespace {
         directoryModifiedAt = now
     }
 
-    /// Files that are not keys: placeholders and editor files.
-    var pendingFileCount: Int {
-        names.values.count { node in
-            switch node.kind {
-            case .placeholder, .editorFile: true
-            case .key, .removed: false
-            }
-        }
+    /// How many files are placeholders or editor files (not keys, not removed).
+    private(set) var pendingFiles = 0
+
+    /// Changes what a node is. Every change of kind goes through here, to keep `pendingFiles`.
+    mutating func setKind(_ node: Node, _ kind: Node.Kind) {
+        pendingFiles += (kind.isPending ? 1 : 0) - (node.kind.isPending ? 1 : 0)
+        node.kind = kind
     }
 
     mutating func addNode(name: String, kind: Node.Kind, modifiedAt: Date) -> Node {
         let node = Node(inode: InodeNumber(nextInode), name: name, kind: kind, modifiedAt: modifiedAt)
+        pendingFiles += kind.isPending ? 1 : 0
         nextInode += 1
         nodes[node.inode] = node
         names[name] = node

@@ -5,9 +5,9 @@ import Synchronization
 /// The local store: keys and their property-list values in one SQLite database (WAL),
 /// checked against the quotas before anything is committed.
 ///
-/// Invariants: the in-memory index equals the `entry` table after every call; a refused
-/// operation changes neither; every committed change is in the change log, which keeps the
-/// latest change of each key in commit order. A committed change survives a crash of the
+/// Invariants: the in-memory index equals the live rows of the `entry` table after every call;
+/// a refused operation changes neither; every committed change is in the change log (each key's
+/// row, deleted keys as tombstones, in `sequence` order). A committed change survives a crash of the
 /// process; `makeDurable()` also makes it survive a crash of the machine.
 public final class KeyValueStore: Sendable {
     /// A key's value as the store holds it.
@@ -26,6 +26,7 @@ public final class KeyValueStore: Sendable {
         var limits: QuotaLimits
         var usedBytes: Int
         var revision: UInt64 = 0
+        var lastSequence: Int64
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
     }
 
@@ -39,6 +40,8 @@ public final class KeyValueStore: Sendable {
         do {
             var configuration = Configuration()
             configuration.prepareDatabase { db in
+                // The mount holds the store alone (StoreLock): no shared-memory WAL index needed.
+                try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE")
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
@@ -46,13 +49,14 @@ public final class KeyValueStore: Sendable {
             try StoreSchema.migrator.migrate(database)
             let loaded = try database.write { db -> State in
                 if let limits { try Self.saveLimits(limits, db) }
-                let records = try EntryRecord.fetchAll(db)
+                let records = try ChangeRecord.fetchAll(db)
                 var entries = [String: Entry](minimumCapacity: records.count)
                 for record in records { entries[record.key] = Entry(record) }
                 return State(
                     entries: entries,
                     limits: try Self.loadLimits(db),
-                    usedBytes: entries.values.reduce(0) { $0 + $1.size })
+                    usedBytes: entries.values.reduce(0) { $0 + $1.size },
+                    lastSequence: records.map(\.sequence).max() ?? 0)
             }
             state = Mutex(loaded)
         } catch let error as StoreError {
@@ -142,12 +146,14 @@ public final class KeyValueStore: Sendable {
                 let needed = edits.values.reduce(0) { $0 + ($1?.size ?? 0) }
                 throw .storeFull(needed: needed, available: max(0, ledger.limits.totalBytes - (bytes - needed)), limit: ledger.limits.totalBytes)
             }
+            var sequence = state.lastSequence
             try write { db in
                 for (key, new) in edits.sorted(by: { $0.key < $1.key }) {
-                    if let new { try Self.upsert(new, db) } else { try Self.delete(key, db) }
-                    try Self.logChange(key: key, entry: new, at: at, db)
+                    sequence += 1
+                    try Self.record(key: key, entry: new, at: at, sequence: sequence, db)
                 }
             }
+            state.lastSequence = sequence
             for (key, new) in edits { state.entries[key] = new }
             state.usedBytes = bytes
             state.revision &+= 1
@@ -203,22 +209,15 @@ public final class KeyValueStore: Sendable {
         }
     }
 
-    private static func upsert(_ entry: Entry, _ db: Database) throws {
+    /// Writes a key's latest change: its value, or a tombstone.
+    private static func record(key: String, entry: Entry?, at date: Date, sequence: Int64, _ db: Database) throws {
         let statement = try db.cachedStatement(sql: """
-            INSERT INTO entry (key, value, type, modifiedAt) VALUES (?, ?, ?, ?)
-            ON CONFLICT(key) DO UPDATE SET value = excluded.value, type = excluded.type, modifiedAt = excluded.modifiedAt
+            INSERT INTO entry (key, value, type, modifiedAt, sequence) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT(key) DO UPDATE SET value = excluded.value, type = excluded.type,
+                modifiedAt = excluded.modifiedAt, sequence = excluded.sequence
             """)
-        try statement.execute(arguments: [entry.key, Data(entry.xml), entry.type.rawValue, milliseconds(entry.modifiedAt)])
-    }
-
-    private static func delete(_ key: String, _ db: Database) throws {
-        try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ?").execute(arguments: [key])
-    }
-
-    private static func logChange(key: String, entry: Entry?, at date: Date? = nil, _ db: Database) throws {
-        let statement = try db.cachedStatement(sql: "INSERT INTO change (key, value, type, changedAt) VALUES (?, ?, ?, ?)")
-        let changedAt = milliseconds(entry?.modifiedAt ?? date ?? Date())
-        try statement.execute(arguments: [key, entry.map { Data($0.xml) }, entry?.type.rawValue, changedAt])
+        try statement.execute(arguments: [key, entry.map { Data($0.xml) }, entry?.type.rawValue,
+                                          milliseconds(entry?.modifiedAt ?? date), sequence])
     }
 
     private static var limitNames: [(String, WritableKeyPath<QuotaLimits, Int>)] {
@@ -251,8 +250,10 @@ func milliseconds(_ date: Date) -> Int64 {
 }
 
 extension KeyValueStore.Entry {
-    init(_ record: EntryRecord) {
-        self.init(key: record.key, xml: [UInt8](record.value), type: record.type,
+    /// The live entry of a change record; nil for a tombstone.
+    init?(_ record: ChangeRecord) {
+        guard let value = record.value, let type = record.type else { return nil }
+        self.init(key: record.key, xml: [UInt8](value), type: type,
                   modifiedAt: Date(timeIntervalSince1970: Double(record.modifiedAt) / 1000))
     }
 }

@@ -1,27 +1,18 @@
 import Foundation
 import GRDB
 
-/// One key and its value, as the `entry` table holds it.
-struct EntryRecord: Codable, FetchableRecord, PersistableRecord {
-    static let databaseTableName = "entry"
-    var key: String
-    /// The canonical XML property list.
-    var value: Data
-    var type: ValueType
-    /// Milliseconds since 1970.
-    var modifiedAt: Int64
-}
-
-/// The latest committed change of one key, in commit order (`sequence`).
+/// The latest committed change of one key: its value, or a tombstone (nil value) once deleted.
+/// Rows in `sequence` order are the store's change log.
 public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equatable {
-    public static let databaseTableName = "change"
-    public var sequence: Int64?
+    public static let databaseTableName = "entry"
     public var key: String
     /// The canonical XML property list; nil when the change deleted the key.
     public var value: Data?
     public var type: ValueType?
-    /// Milliseconds since 1970.
-    public var changedAt: Int64
+    /// When the change was made, in milliseconds since 1970.
+    public var modifiedAt: Int64
+    /// Commit order, increasing across the whole store.
+    public var sequence: Int64
 }
 
 /// A per-store setting: the quota limits and the device identity.
@@ -34,21 +25,16 @@ struct SettingRecord: Codable, FetchableRecord, PersistableRecord {
 enum StoreSchema {
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1 entries, change log, settings") { db in
-            try db.create(table: "entry") { t in
+        migrator.registerMigration("v1 entries with their latest change, settings") { db in
+            // One b-tree written per commit: a key's row is both its value and its latest change.
+            try db.create(table: "entry", options: [.withoutRowID]) { t in
                 t.primaryKey("key", .text)
-                t.column("value", .blob).notNull()
-                t.column("type", .text).notNull()
-                    .check(sql: "type IN ('string','integer','real','boolean','date','data','array','dictionary')")
-                t.column("modifiedAt", .integer).notNull()
-                t.check(sql: "length(key) > 0")
-            }
-            try db.create(table: "change") { t in
-                t.autoIncrementedPrimaryKey("sequence")
-                t.column("key", .text).notNull().unique(onConflict: .replace)
                 t.column("value", .blob)
                 t.column("type", .text)
-                t.column("changedAt", .integer).notNull()
+                    .check(sql: "type IN ('string','integer','real','boolean','date','data','array','dictionary')")
+                t.column("modifiedAt", .integer).notNull()
+                t.column("sequence", .integer).notNull()
+                t.check(sql: "length(key) > 0")
                 t.check(sql: "(value IS NULL) = (type IS NULL)")
             }
             try db.create(table: "setting") { t in

@@ -62,8 +62,11 @@ struct Mount: ParsableCommand {
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
             configuration: MountConfiguration(format: ValueFormat(rawValue: format)!))
-        var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs", "default_permissions"]
-        if allowOther { options.append("allow_other") }
+        var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
+        // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
+        // permissions (0644 files, 0755 directory, owned by the mounting user).
+        if allowOther { options += ["allow_other", "default_permissions"] }
+        if ProcessInfo.processInfo.environment["KVSFS_FUSE_DEBUG"] != nil { options.append("debug") }
         let mount: FuseMount
         do {
             mount = try FuseMount(fileSystem: fileSystem, mountpoint: path, options: options)

@@ -1,0 +1,171 @@
+import Foundation
+import KVTestSupport
+import Testing
+
+@Suite("The kvsfs command", .serialized)
+struct CommandLineTests {
+    @Test("set with each type option, and get printing it plainly", arguments: [
+        (["-string", "hello"], "hello\n", "string"), (["-int", "3"], "3\n", "integer"), (["-real", "2.5"], "2.5\n", "real"),
+        (["-bool", "yes"], "true\n", "boolean"), (["-date", "2026-01-02T03:04:05Z"], "2026-01-02T03:04:05Z\n", "date"),
+        (["-data", "AAEC"], "AAEC\n", "data"),
+    ])
+    func setAndGet(arguments: [String], printed: String, type: String) throws {
+        try withDaemon { m, _ in
+            let set = try run(kvsfsBinary, ["set", m.path("k")] + arguments)
+            #expect(set.status == 0, "\(set)")
+            let get = try run(kvsfsBinary, ["get", m.path("k")])
+            #expect(get.standardOutput == printed)
+            let attribute = try run("/usr/bin/getfattr", ["--only-values", "-n", "user.kvsfs.type", m.path("k")])
+            #expect(attribute.standardOutput == type)
+        }
+    }
+
+    @Test("containers print as XML property lists, and kvsfs's output can be written back")
+    func containers() throws {
+        try withDaemon { m, dir in
+            #expect(try run(kvsfsBinary, ["set", m.path("list"), "-array", "a", "b"]).status == 0)
+            #expect(try run(kvsfsBinary, ["set", m.path("map"), "-dict", "k1", "v1", "k2", "v2"]).status == 0)
+            let list = try run(kvsfsBinary, ["get", m.path("list")])
+            #expect(list.standardOutput.contains("<array>\n\t<string>a</string>\n\t<string>b</string>\n</array>"))
+            let saved = dir.path + "/map.plist"
+            #expect(try shell("\(kvsfsBinary) get \(m.path("map")) > \(saved)").status == 0)
+            #expect(try run(kvsfsBinary, ["set", m.path("copy"), "-plist", saved]).status == 0)
+            #expect(try shell("cat \(saved) > \(m.path("copy2"))").status == 0)
+            let copy = try run(kvsfsBinary, ["get", m.path("copy2")])
+            #expect(copy.standardOutput == (try String(contentsOfFile: saved, encoding: .utf8)))
+        }
+    }
+
+    @Test("errors are one line on stderr and a non-zero exit", arguments: [
+        (["set", "MNT/k", "-int", "x"], "Error"),
+        (["set", "MNT/\(String(repeating: "k", count: 70))", "-int", "1"], "File name too long"),
+        (["get", "MNT/missing"], "No such file or directory"),
+        (["delete", "MNT/missing"], "No such file or directory"),
+        (["set", "MNT/k"], "exactly one value option"),
+    ])
+    func errors(arguments: [String], message: String) throws {
+        try withDaemon { m, _ in
+            let result = try run(kvsfsBinary, arguments.map { $0.replacingOccurrences(of: "MNT", with: m.mountpoint) })
+            #expect(result.status != 0)
+            #expect(result.standardError.contains(message), "\(result)")
+        }
+    }
+
+    @Test("set over the per-value quota says so", arguments: [0])
+    func setTooLarge(_: Int) throws {
+        try withDaemon(extraArguments: ["--quota-value", "1000"]) { m, _ in
+            let result = try run(kvsfsBinary, ["set", m.path("k"), "-string", String(repeating: "x", count: 2000)])
+            #expect(result.status != 0)
+            #expect(result.standardError.contains("File too large: the value is over the per-value quota"), "\(result)")
+        }
+    }
+
+    @Test("delete removes a key")
+    func delete() throws {
+        try withDaemon { m, _ in
+            #expect(try run(kvsfsBinary, ["set", m.path("k"), "-int", "1"]).status == 0)
+            #expect(try run(kvsfsBinary, ["delete", m.path("k")]).status == 0)
+            #expect(!FileManager.default.fileExists(atPath: m.path("k")))
+        }
+    }
+}
+
+@Suite("Mounting", .serialized)
+struct MountingTests {
+    @Test("a bad mountpoint gets a clear message, a non-zero exit, and nothing mounted", arguments: ["missing", "notempty", "file"])
+    func badMountpoint(kind: String) throws {
+        try withTemporaryDirectory { dir in
+            let path: String
+            switch kind {
+            case "missing": path = dir.path + "/missing"
+            case "notempty":
+                path = dir.subdirectory("full")
+                FileManager.default.createFile(atPath: path + "/x", contents: Data())
+            default:
+                path = dir.path + "/file"
+                FileManager.default.createFile(atPath: path, contents: Data())
+            }
+            let result = try run(kvsfsBinary, ["mount", path, "--data-dir", dir.path + "/data"], timeout: 20)
+            #expect(result.status != 0)
+            #expect(["does not exist", "not empty", "not a directory"].contains { result.standardError.contains($0) }, "\(result)")
+            #expect(!DaemonMount.isMounted(path))
+        }
+    }
+
+    @Test("a mountpoint that is already a mount is refused")
+    func alreadyMounted() throws {
+        try withDaemon { m, dir in
+            let result = try run(kvsfsBinary, ["mount", m.mountpoint, "--data-dir", dir.path + "/other"], timeout: 20)
+            #expect(result.status != 0)
+            #expect(result.standardError.contains("already a mount point"), "\(result)")
+        }
+    }
+
+    @Test("a second mount of the same store and data dir is refused while the first is up")
+    func secondMountOfStore() throws {
+        try withDaemon { m, dir in
+            let result = try run(kvsfsBinary, ["mount", dir.subdirectory("mnt2"), "--data-dir", m.dataDirectory], timeout: 20)
+            #expect(result.status != 0)
+            #expect(result.standardError.contains("already mounted by another kvsfs process"), "\(result)")
+            #expect(!DaemonMount.isMounted(dir.path + "/mnt2"))
+        }
+    }
+
+    @Test("fusermount3 -u ends the daemon with status 0")
+    func unmountExitsZero() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"))
+        defer { daemon.stop() }
+        #expect(try shell("echo v > \(daemon.path("k"))").status == 0)
+        #expect(daemon.stop() == 0)
+        #expect(!DaemonMount.isMounted(daemon.mountpoint))
+    }
+
+    @Test("SIGTERM unmounts and ends the daemon with status 0, every write kept", arguments: [SIGTERM, SIGINT])
+    func signalExitsZero(signal: Int32) throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let mnt = dir.subdirectory("mnt")
+        var daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.subdirectory("data"))
+        defer { daemon.stop() }
+        #expect(try shell("echo kept > \(daemon.path("k"))").status == 0)
+        kill(daemon.process.processIdentifier, signal)
+        daemon.process.waitUntilExit()
+        #expect(daemon.process.terminationStatus == 0)
+        #expect(!DaemonMount.isMounted(mnt))
+        daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.path + "/data")
+        #expect(try run(kvsfsBinary, ["get", daemon.path("k")]).standardOutput == "kept\n")
+    }
+
+    @Test("a write that returned success survives kill -9 of the daemon")
+    func survivesCrash() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let mnt = dir.subdirectory("mnt")
+        var daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.subdirectory("data"))
+        defer { daemon.stop() }
+        let writes = try shell("""
+            cd \(mnt)
+            for i in $(seq 1 50); do echo "value$i" > "key$i" || exit 1; done
+            /bin/echo last > last
+            """)
+        #expect(writes.status == 0, "\(writes)")
+        daemon.crash()
+        daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.path + "/data")
+        let read = try shell("cd \(mnt) && \(kvsfsBinary) get key1 && \(kvsfsBinary) get key50 && \(kvsfsBinary) get last && ls | wc -l")
+        #expect(read.standardOutput == "value1\nvalue50\nlast\n51\n", "\(read)")
+    }
+
+    @Test("quota options are kept with the store across mounts")
+    func quotaOptionsPersist() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let mnt = dir.subdirectory("mnt")
+        var daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.subdirectory("data"), extraArguments: ["--quota-keys", "5"])
+        daemon.stop()
+        daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.path + "/data")
+        defer { daemon.stop() }
+        #expect(try shell("df -i --output=itotal \(mnt) | tail -1").standardOutput.trimmingCharacters(in: .whitespacesAndNewlines) == "5")
+    }
+}

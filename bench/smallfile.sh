@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Small-file benchmark: the shared anchors (tmpfs, memfs_ll) and kvsfs (release build) in one
+# run, with kvsfs/memfs_ll ratios per phase, then the daemon's resident memory with a full store.
+#
+#   bench/smallfile.sh [ROUNDS] [KEYS] [VALUE_BYTES]      (as root; defaults 5 1000 64)
+#
+# Each phase's figure is the median over ROUNDS runs; the three file systems take turns in every
+# round so that a noisy machine slows them alike.
+set -euo pipefail
+rounds=${1:-5}; keys=${2:-1000}; value_bytes=${3:-64}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+anchors=${KVSFS_ANCHORS:-$repo/../shared/bench}
+[ -f "$anchors/memfs_ll.c" ] || { echo "bench: the anchors are not at $anchors (set KVSFS_ANCHORS)" >&2; exit 2; }
+
+work=$(mktemp -d /tmp/kvsfs-bench-XXXXXX)
+pids=()
+cleanup() {
+    for dir in "$work"/tmpfs "$work"/memfs "$work"/kvsfs; do
+        mountpoint -q "$dir" 2>/dev/null && { fusermount3 -u "$dir" 2>/dev/null || umount -l "$dir"; }
+    done
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
+cc -O2 -o "$work/smallfile_bench" "$anchors/smallfile_bench.c"
+(cd "$repo" && swift build -c release --product kvsfs >/dev/null)
+kvsfs="$repo/.build/release/kvsfs"
+
+wait_mounted() { for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.05; done; echo "bench: $1 did not mount" >&2; exit 1; }
+
+mkdir -p "$work"/{tmpfs,memfs,kvsfs,data}
+mount -t tmpfs tmpfs "$work/tmpfs"
+"$work/memfs_ll" "$work/memfs" & pids+=($!)
+"$kvsfs" mount "$work/kvsfs" --data-dir "$work/data" & kvsfs_pid=$!; pids+=($kvsfs_pid)
+wait_mounted "$work/memfs"; wait_mounted "$work/kvsfs"
+
+echo "smallfile_bench: $keys keys, $value_bytes-byte values, median of $rounds rounds (ops/s)"
+for round in $(seq "$rounds"); do
+    for fs in tmpfs memfs kvsfs; do
+        "$work/smallfile_bench" "$work/$fs" "$keys" "$value_bytes" | awk -v fs="$fs" '{print fs, $1, $2}' >> "$work/results"
+    done
+done
+
+awk -v rounds="$rounds" '
+function median(fs, phase,   n, i, j, t, v) {
+    n = 0; for (i = 1; i <= count[fs, phase]; i++) v[++n] = val[fs, phase, i]
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+}
+{ count[$1, $2]++; val[$1, $2, count[$1, $2]] = $3; phases[$2] = 1 }
+END {
+    split("write stat read overwrite unlink", order, " ")
+    split("0.6 1.0 1.0 0.6 0.6", target, " ")
+    printf "%-10s %12s %12s %12s %16s %8s\n", "phase", "tmpfs", "memfs_ll", "kvsfs", "kvsfs/memfs_ll", "target"
+    for (i = 1; i <= 5; i++) {
+        p = order[i]; t = median("tmpfs", p); m = median("memfs", p); k = median("kvsfs", p)
+        printf "%-10s %12.0f %12.0f %12.0f %16.2f %8s\n", p, t, m, k, k / m, ">= " target[i]
+    }
+}' "$work/results"
+
+# Resident memory with a full store: 1024 keys holding 1 MB together.
+per_value=$(( (1048576 / 1024) - 200 ))
+filler=$(head -c "$per_value" /dev/zero | tr '\0' v)
+for i in $(seq 0 1023); do printf '%s' "$filler" > "$work/kvsfs/full$i"; done
+cat "$work"/kvsfs/full* > /dev/null
+used=$(df -B1 --output=used "$work/kvsfs" | tail -1 | tr -d ' ')
+keys_used=$(df -i --output=iused "$work/kvsfs" | tail -1 | tr -d ' ')
+rss_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$kvsfs_pid/status")
+printf "full store: %s keys, %s bytes; daemon resident memory %.1f MB (target <= 40 MB)\n" "$keys_used" "$used" "$(echo "$rss_kb / 1024" | bc -l)"
