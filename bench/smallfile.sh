@@ -67,7 +67,7 @@ per_value=$(( (1048576 / 1024) - 200 ))
 filler=$(head -c "$per_value" /dev/zero | tr '\0' v)
 for i in $(seq 0 1023); do printf '%s' "$filler" > "$work/kvsfs/full$i"; done
 cat "$work"/kvsfs/full* > /dev/null
-used=$(df -B1 --output=used "$work/kvsfs" | tail -1 | tr -d ' ')
-keys_used=$(df -i --output=iused "$work/kvsfs" | tail -1 | tr -d ' ')
+used=$(df -B1 "$work/kvsfs" | awk 'NR==2 {print $3}')
+keys_used=$(df -i "$work/kvsfs" | awk 'NR==2 {print $3}')
 rss_kb=$(awk '/^VmRSS/ {print $2}' "/proc/$kvsfs_pid/status")
-printf "full store: %s keys, %s bytes; daemon resident memory %.1f MB (target <= 40 MB)\n" "$keys_used" "$used" "$(echo "$rss_kb / 1024" | bc -l)"
+awk -v k="$keys_used" -v u="$used" -v r="$rss_kb" 'BEGIN { printf "full store: %s keys, %s bytes; daemon resident memory %.1f MB (target <= 40 MB)\n", k, u, r / 1024 }'

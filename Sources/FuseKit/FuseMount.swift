@@ -44,17 +44,24 @@ public final class FuseMount: @unchecked Sendable {
         box.release()
     }
 
-    /// Makes SIGINT, SIGTERM and SIGHUP end `run()`.
+    /// Makes SIGINT, SIGTERM and SIGHUP end `run()`. Call it on the thread that calls `run()`.
+    /// The signals are unblocked there: a parent may have started this process with them blocked.
     public func handleSignals() {
         handlesSignals.withLock { $0 = true }
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        for signal in [SIGINT, SIGTERM, SIGHUP] { sigaddset(&signals, signal) }
+        pthread_sigmask(SIG_UNBLOCK, &signals, nil)
         fuse_set_signal_handlers(session)
     }
 
     /// Serves requests on several threads until the mount is unmounted or a handled signal
-    /// arrives, then unmounts. Returns libfuse's status (0 on a clean end).
+    /// arrives, then unmounts. Returns 0 on a clean end (an unmount or SIGINT, SIGTERM,
+    /// SIGHUP), else libfuse's error status.
     @discardableResult
     public func run() -> Int32 {
-        let status = cfuse_session_loop_mt(session)
+        var status = cfuse_session_loop_mt(session)
+        if [SIGINT, SIGTERM, SIGHUP].contains(status) { status = 0 }
         if handlesSignals.withLock({ $0 }) { fuse_remove_signal_handlers(session) }
         if !unmountedHere.withLock({ $0 }) { fuse_session_unmount(session) }
         return status

@@ -1,7 +1,10 @@
 import ArgumentParser
 
+/// The root command. Synchronous on purpose: `mount` runs the FUSE loop on the main thread,
+/// where libfuse's SIGINT/SIGTERM handler can interrupt it (an async root would leave the
+/// main thread to Dispatch and the loop on a pool thread that signals never reach).
 @main
-struct KVSFSCommand: AsyncParsableCommand {
+struct KVSFSCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kvsfs",
         abstract: "Mount a key-value store as a directory: one file per key, property lists as contents.",

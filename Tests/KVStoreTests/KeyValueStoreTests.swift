@@ -128,8 +128,8 @@ struct KeyValueStoreTests {
             let log = try store.changes()
             #expect(log.map(\.key) == ["a", "b"])
             #expect(log[1].value == nil)
-            #expect(log[0].sequence! < log[1].sequence!)
-            #expect(try store.changes(after: log[0].sequence!).map(\.key) == ["b"])
+            #expect(log[0].sequence < log[1].sequence)
+            #expect(try store.changes(after: log[0].sequence).map(\.key) == ["b"])
         }
     }
 
