@@ -169,3 +169,16 @@ struct MountingTests {
         #expect(try shell("df -i \(mnt) | awk 'NR == 2 { print $2 }'").standardOutput == "5\n")
     }
 }
+
+@Suite("Documentation")
+struct DocumentationTests {
+    @Test("the manual renders without warnings")
+    func manualRenders() throws {
+        let manual = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../man/kvsfs.1").standardizedFileURL.path
+        let result = try shell("LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l \(manual)")
+        #expect(result.status == 0, "\(result)")
+        #expect(result.standardError.isEmpty, "\(result.standardError)")
+        #expect(result.standardOutput.contains("user.kvsfs.type"))
+    }
+}
