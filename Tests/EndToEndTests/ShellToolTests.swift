@@ -229,6 +229,26 @@ struct ShellToolTests {
         }
     }
 
+    @Test("inotifywait sees a key created, written and removed in the mount")
+    func inotify() throws {
+        try withDaemon { (m, dir) throws in
+            let events = dir.path + "/events"
+            // The watcher ends by itself and holds none of this shell's pipes.
+            let result = try shell("""
+                timeout 10 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(m.mountpoint) > \(events) 2> /dev/null &
+                watcher=$!
+                sleep 0.5
+                echo hello > \(m.path("k"))
+                rm \(m.path("k"))
+                sleep 0.5
+                kill $watcher
+                wait
+                cat \(events)
+                """, timeout: 30)
+            #expect(result.standardOutput == "CREATE k\nCLOSE_WRITE,CLOSE k\nDELETE k\n", "\(result)")
+        }
+    }
+
     @Test("getfattr shows user.kvsfs.type")
     func typeAttribute() throws {
         try withDaemon { (m, _) throws in

@@ -25,7 +25,7 @@ public func run(_ executable: String, _ arguments: [String], environment: [Strin
     process.standardOutput = output
     process.standardError = error
     process.standardInput = FileHandle.nullDevice
-    try process.run()
+    try withSignalsUnblocked { try process.run() }
     let deadline = DispatchTime.now() + timeout
     let outputData = ReadAll(output.fileHandleForReading)
     let errorData = ReadAll(error.fileHandleForReading)
@@ -41,6 +41,18 @@ public func run(_ executable: String, _ arguments: [String], environment: [Strin
     return CommandResult(status: process.terminationStatus,
                          standardOutput: String(decoding: outputData.wait(), as: UTF8.self),
                          standardError: String(decoding: errorData.wait(), as: UTF8.self))
+}
+
+/// Runs `body` (which starts a child process) with no signal blocked on this thread, so that
+/// the child starts with none blocked: test threads block SIGTERM and SIGINT, and a child
+/// inheriting that mask could not be stopped by `kill` or `timeout`.
+func withSignalsUnblocked<T>(_ body: () throws -> T) rethrows -> T {
+    var none = sigset_t()
+    var previous = sigset_t()
+    sigemptyset(&none)
+    pthread_sigmask(SIG_SETMASK, &none, &previous)
+    defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+    return try body()
 }
 
 /// Drains a pipe on a background thread so that a chatty child never blocks.
@@ -89,7 +101,7 @@ public final class DaemonMount: @unchecked Sendable {
         log = Pipe()
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try withSignalsUnblocked { try process.run() }
         let deadline = Date().addingTimeInterval(20)
         while !Self.isMounted(mountpoint) {
             if !process.isRunning {
