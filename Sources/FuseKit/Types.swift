@@ -153,9 +153,7 @@ public struct OpenFlags: Sendable, Equatable {
     public var rawValue: Int32
     public init(rawValue: Int32) { self.rawValue = rawValue }
     public var isWritable: Bool { rawValue & O_ACCMODE != O_RDONLY }
-    public var isReadable: Bool { rawValue & O_ACCMODE != O_WRONLY }
     public var truncates: Bool { rawValue & O_TRUNC != 0 }
-    public var appends: Bool { rawValue & O_APPEND != 0 }
     public var exclusive: Bool { rawValue & O_EXCL != 0 }
 }
 

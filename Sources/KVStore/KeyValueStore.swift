@@ -116,9 +116,7 @@ public final class KeyValueStore: Sendable {
                 case .put(let key, let value):
                     try ledger.checkKeyName(key)
                     let xml = try PropertyListCodec.encodeXML(value)
-                    if xml.count > ledger.limits.valueBytes {
-                        throw .valueTooLarge(size: xml.count, limit: ledger.limits.valueBytes)
-                    }
+                    try ledger.checkValueSize(xml.count)
                     staged[key] = .some(Entry(key: key, xml: xml, type: value.type, modifiedAt: at))
                 case .delete(let key):
                     guard current(key) != nil else { throw .noSuchKey(key) }
@@ -141,11 +139,8 @@ public final class KeyValueStore: Sendable {
                 keys += (new == nil ? 0 : 1) - (old == nil ? 0 : 1)
                 bytes += (new?.size ?? 0) - (old?.size ?? 0)
             }
-            if keys > state.entries.count, keys > ledger.limits.keys { throw .tooManyKeys(limit: ledger.limits.keys) }
-            if bytes > state.usedBytes, bytes > ledger.limits.totalBytes {
-                let needed = edits.values.reduce(0) { $0 + ($1?.size ?? 0) }
-                throw .storeFull(needed: needed, available: max(0, ledger.limits.totalBytes - (bytes - needed)), limit: ledger.limits.totalBytes)
-            }
+            try ledger.checkResult(before: state.usage, after: QuotaUsage(bytes: bytes, keys: keys),
+                                   added: edits.values.reduce(0) { $0 + ($1?.size ?? 0) })
             var sequence = state.lastSequence
             try write { db in
                 for (key, new) in edits.sorted(by: { $0.key < $1.key }) {

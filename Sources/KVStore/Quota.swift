@@ -42,13 +42,20 @@ public struct QuotaLedger: Sendable {
         if bytes > limits.keyNameBytes { throw .keyTooLong(bytes: bytes, limit: limits.keyNameBytes) }
     }
 
-    /// Checks that `key` may hold a value of `size` bytes, replacing its current value
-    /// (`currentSize`, nil for a new key).
-    public func checkPut(size: Int, currentSize: Int?, usage: QuotaUsage) throws(StoreError) {
+    /// Checks one value's size against the per-value limit.
+    public func checkValueSize(_ size: Int) throws(StoreError) {
         if size > limits.valueBytes { throw .valueTooLarge(size: size, limit: limits.valueBytes) }
-        if currentSize == nil, usage.keys >= limits.keys { throw .tooManyKeys(limit: limits.keys) }
-        let available = limits.totalBytes - (usage.bytes - (currentSize ?? 0))
-        if size > available { throw .storeFull(needed: size, available: max(available, 0), limit: limits.totalBytes) }
+    }
+
+    /// Checks what a change leaves: a key count or byte total that grows past its limit is
+    /// refused (one that shrinks is not, even over a lowered limit). `added` is the size of the
+    /// values the change writes.
+    public func checkResult(before: QuotaUsage, after: QuotaUsage, added: Int) throws(StoreError) {
+        if after.keys > before.keys, after.keys > limits.keys { throw .tooManyKeys(limit: limits.keys) }
+        if after.bytes > before.bytes, after.bytes > limits.totalBytes {
+            let available = max(0, limits.totalBytes - (after.bytes - added))
+            throw .storeFull(needed: added, available: available, limit: limits.totalBytes)
+        }
     }
 
     /// Checks that a new key can be added at all.

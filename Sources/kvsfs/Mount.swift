@@ -121,18 +121,17 @@ enum MountpointCheck {
 
     /// mountinfo writes space, tab, newline and backslash as octal escapes.
     private static func unescapeMountPath(_ text: String) -> String {
-        var result = ""
-        var iterator = Array(text.utf8)[...]
+        var remaining = Array(text.utf8)[...]
         var bytes = [UInt8]()
-        while let byte = iterator.popFirst() {
-            if byte == UInt8(ascii: "\\"), iterator.count >= 3, let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8) {
+        while let byte = remaining.popFirst() {
+            if byte == UInt8(ascii: "\\"), remaining.count >= 3,
+               let value = UInt8(String(decoding: remaining.prefix(3), as: UTF8.self), radix: 8) {
                 bytes.append(value)
-                iterator = iterator.dropFirst(3)
+                remaining = remaining.dropFirst(3)
             } else {
                 bytes.append(byte)
             }
         }
-        result = String(decoding: bytes, as: UTF8.self)
-        return result
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
