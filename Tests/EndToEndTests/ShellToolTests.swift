@@ -113,14 +113,8 @@ struct ShellToolTests {
     @Test("sed -i edits a key in place and leaves no temporary file")
     func sedInPlace() throws {
         try withDaemon { (m, _) throws in
-            let result = try shell("""
-                cd \(m.mountpoint)
-                \(kvsfsBinary) set k -string 'hello world'
-                sed -i 's/world/there/' k; echo "sed=$?"
-                \(kvsfsBinary) get k
-                ls -a
-                """)
-            #expect(result.standardOutput.contains("sed=0"), "\(result)")
+            let result = try editKey(in: m, holding: "hello world", with: "sed -i 's/world/there/'")
+            #expect(result.standardOutput.contains("status=0"), "\(result)")
             #expect(result.standardOutput.contains("hello there\n"))
             #expect(result.standardOutput.hasSuffix(".\n..\nk\n"))
         }
@@ -129,13 +123,8 @@ struct ShellToolTests {
     @Test("sed -i making the value invalid fails, and the key keeps its value")
     func sedInvalid() throws {
         try withDaemon { (m, _) throws in
-            let result = try shell("""
-                cd \(m.mountpoint)
-                \(kvsfsBinary) set k -string hello
-                sed -i 's/<string>/(/' k; echo "sed=$?"
-                \(kvsfsBinary) get k
-                """)
-            #expect(!result.standardOutput.contains("sed=0"), "\(result)")
+            let result = try editKey(in: m, holding: "hello", with: "sed -i 's/<string>/(/'")
+            #expect(!result.standardOutput.contains("status=0"), "\(result)")
             #expect(result.standardOutput.contains("hello\n"))
         }
     }
@@ -143,14 +132,9 @@ struct ShellToolTests {
     @Test("vim saves a key (default settings and backupcopy=yes) with nothing left behind", arguments: ["", "set backupcopy=yes"])
     func vimSaves(setting: String) throws {
         try withDaemon { (m, _) throws in
-            let result = try shell("""
-                cd \(m.mountpoint)
-                \(kvsfsBinary) set k -string before
-                vim -es -u NONE -i NONE -c '\(setting.isEmpty ? "set nocompatible" : setting)' -c '%s/before/after/' -c 'wq' k; echo "vim=$?"
-                \(kvsfsBinary) get k
-                ls -a
-                """, environment: ["HOME": m.dataDirectory])
-            #expect(result.standardOutput.contains("vim=0"), "\(result)")
+            let result = try editKey(in: m, holding: "before",
+                                     with: "vim -es -u NONE -i NONE -c '\(setting.isEmpty ? "set nocompatible" : setting)' -c '%s/before/after/' -c 'wq'")
+            #expect(result.standardOutput.contains("status=0"), "\(result)")
             #expect(result.standardOutput.contains("after\n"))
             #expect(result.standardOutput.hasSuffix(".\n..\nk\n"))
         }
@@ -159,15 +143,10 @@ struct ShellToolTests {
     @Test("vim with its swap file: default vimrc-free settings plus swap, backup and undo files")
     func vimWithSwap() throws {
         try withDaemon { (m, _) throws in
-            let result = try shell("""
-                cd \(m.mountpoint)
-                \(kvsfsBinary) set k -string before
-                vim -es -i NONE -c 'set swapfile directory=. backup writebackup' -c '%s/before/after/' -c 'wq' k; echo "vim=$?"
-                \(kvsfsBinary) get k
-                ls -a
-                df -i . | awk 'NR == 2 { print "keys", $3, $4 }'
-                """, environment: ["HOME": m.dataDirectory])
-            #expect(result.standardOutput.contains("vim=0"), "\(result)")
+            let result = try editKey(in: m, holding: "before",
+                                     with: "vim -es -i NONE -c 'set swapfile directory=. backup writebackup' -c '%s/before/after/' -c 'wq'",
+                                     then: "df -i . | awk 'NR == 2 { print \"keys\", $3, $4 }'")
+            #expect(result.standardOutput.contains("status=0"), "\(result)")
             #expect(result.standardOutput.contains("after\n"))
             // With 'backup' set vim keeps k~: an editor file, never a key.
             #expect(!result.standardOutput.contains(".k.swp"))
@@ -178,14 +157,8 @@ struct ShellToolTests {
     @Test("vim writing an invalid value fails with an error and the key keeps its value")
     func vimInvalid() throws {
         try withDaemon { (m, _) throws in
-            let result = try shell("""
-                cd \(m.mountpoint)
-                \(kvsfsBinary) set k -string before
-                vim -es -u NONE -i NONE -c '%d' -c 'normal! i(broken' -c 'wq' k; echo "vim=$?"
-                \(kvsfsBinary) get k
-                ls -a
-                """, environment: ["HOME": m.dataDirectory])
-            #expect(!result.standardOutput.contains("vim=0"), "\(result)")
+            let result = try editKey(in: m, holding: "before", with: "vim -es -u NONE -i NONE -c '%d' -c 'normal! i(broken' -c 'wq'")
+            #expect(!result.standardOutput.contains("status=0"), "\(result)")
             #expect(result.standardOutput.contains("before\n"))
             #expect(result.standardOutput.hasSuffix(".\n..\nk\n"))
         }
@@ -259,5 +232,18 @@ struct ShellToolTests {
                 """)
             #expect(result.standardOutput == "integer", "\(result)")
         }
+    }
+
+    /// Sets key `k` to the string `value`, runs `editor` on it in the mount (HOME in the data
+    /// directory, so no user vimrc), then prints `status=N`, the key's value, `ls -a`, and `then`.
+    private func editKey(in m: DaemonMount, holding value: String, with editor: String, then extra: String = "") throws -> CommandResult {
+        try shell("""
+            cd \(m.mountpoint)
+            \(kvsfsBinary) set k -string '\(value)'
+            \(editor) k; echo "status=$?"
+            \(kvsfsBinary) get k
+            ls -a
+            \(extra)
+            """, environment: ["HOME": m.dataDirectory])
     }
 }
