@@ -575,10 +575,17 @@ public final class KeyValueFileSystem: FuseFileSystem {
 
     private func attributes(of node: Node) -> FileAttributes {
         var modified = node.modifiedAt
-        if case .key(let key) = node.kind, let entry = store.entry(forKey: key) { modified = entry.modifiedAt }
+        let size: Int
+        if case .key(let key) = node.kind, let entry = store.entry(forKey: key) {
+            // One look-up of the key: in the default format the file is the stored XML itself.
+            modified = entry.modifiedAt
+            size = configuration.format == .xml ? entry.size : content(of: node).count
+        } else {
+            size = content(of: node).count
+        }
         let time = TimeStamp(secondsSince1970: modified.timeIntervalSince1970)
         return FileAttributes(
-            inode: node.inode, kind: .regularFile, permissions: 0o644, size: UInt64(content(of: node).count),
+            inode: node.inode, kind: .regularFile, permissions: 0o644, size: UInt64(size),
             linkCount: node.isRemoved ? 0 : 1, uid: configuration.uid, gid: configuration.gid,
             accessTime: time, modificationTime: time, changeTime: time)
     }
