@@ -42,6 +42,9 @@ struct Mount: ParsableCommand {
     func run() throws {
         let path = URL(fileURLWithPath: mountpoint).standardizedFileURL.path
         try MountpointCheck.check(path)
+        // SQLite frees a few tens of KiB per commit; glibc's default trim threshold hands that back to
+        // the kernel (madvise) on worker-thread arenas and faults it in again on the next request.
+        MemoryTuning.keepFreedMemory()
 
         let dataDirectory = store.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
         let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)
@@ -133,5 +136,17 @@ enum MountpointCheck {
             }
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// Process-wide allocator settings for the daemon.
+enum MemoryTuning {
+    /// Raises glibc's trim threshold (`mallopt(M_TRIM_THRESHOLD, 64 MiB)`). The Glibc module does
+    /// not export `mallopt`, so it is looked up at run time; without it the default stays.
+    static func keepFreedMemory() {
+        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
+        guard let symbol = dlsym(nil, "mallopt") else { return }
+        let mTrimThreshold: Int32 = -1
+        _ = unsafeBitCast(symbol, to: Mallopt.self)(mTrimThreshold, 64 << 20)
     }
 }
