@@ -10,6 +10,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
     ],
     targets: [
         .systemLibrary(
@@ -20,15 +21,21 @@ let package = Package(
         .target(name: "FuseKit", dependencies: ["CFuse"]),
         .target(name: "KVStore", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore"]),
+        .target(name: "KVCloud", dependencies: ["KVStore", .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "KVSync", dependencies: ["KVStore", "KVCloud"]),
         .executableTarget(
             name: "kvsfs",
             dependencies: [
-                "FuseKit", "KVStore", "KVSFS",
+                "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS"], path: "Tests/KVTestSupport"),
+        .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport"]),
+        .testTarget(name: "SyncTests", dependencies: [
+            "KVStore", "KVCloud", "KVSync", "KVTestSupport",
+            .product(name: "PropertyBased", package: "swift-property-based"),
+        ]),
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),

@@ -26,6 +26,10 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case tooManyEditorFiles(limit: Int)
     case editorFileTooLarge(limit: Int)
     case exchangeNotSupported
+    /// `synchronize()` (fsync of the root) could not reach the remote.
+    case remoteUnreachable(String)
+    /// The remote is busy or rate-limited: try again later.
+    case remoteBusy(String)
 }
 
 /// The one place that turns an error into the errno a request is answered with.
@@ -59,6 +63,8 @@ public enum ErrnoMapping {
             case .emptyValue, .nonCanonicalName, .exchangeNotSupported: return EINVAL
             case .tooManyEditorFiles: return ENOSPC
             case .editorFileTooLarge: return EFBIG
+            case .remoteUnreachable: return EHOSTUNREACH
+            case .remoteBusy: return EAGAIN
             }
         case let error as Errno:
             return error.rawValue

@@ -26,6 +26,24 @@ public struct MountConfiguration: Sendable {
     }
 }
 
+/// What the mount needs from sync, wired by whoever runs both.
+public struct SyncHooks: Sendable {
+    /// Tells which requests come from the thread applying remote changes, and which change.
+    public var externalChanges: ExternalChangeRegistry
+    /// `synchronize()`, for fsync of the mount's root: blocks until done; throws
+    /// `FileSystemError.remoteUnreachable` or `.remoteBusy`.
+    public var synchronize: @Sendable () throws -> Void
+    /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
+    public var rootAttributes: @Sendable () -> [String: String]
+
+    public init(externalChanges: ExternalChangeRegistry, synchronize: @escaping @Sendable () throws -> Void,
+                rootAttributes: @escaping @Sendable () -> [String: String]) {
+        self.externalChanges = externalChanges
+        self.synchronize = synchronize
+        self.rootAttributes = rootAttributes
+    }
+}
+
 /// The mount's file operations over a key-value store: one flat directory, one file per key.
 ///
 /// Invariants: a write is committed to the store only at flush, fsync or release, and only
@@ -34,16 +52,20 @@ public struct MountConfiguration: Sendable {
 public final class KeyValueFileSystem: FuseFileSystem {
     /// The extended attribute that names a key's value type.
     public static let typeAttribute = "user.kvsfs.type"
+    /// The extended attribute that tells where a key's latest change stands with the remote.
+    public static let syncAttribute = "user.kvsfs.sync"
 
     public let store: KeyValueStore
     public let configuration: MountConfiguration
     private let log: @Sendable (String) -> Void
     private let state: Mutex<Namespace>
+    private let sync: SyncHooks?
 
-    public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(),
+    public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(), sync: SyncHooks? = nil,
                 log: @escaping @Sendable (String) -> Void = { FileHandleOutput.standardError.write("kvsfs: \($0)\n") }) {
         self.store = store
         self.configuration = configuration
+        self.sync = sync
         self.log = log
         self.state = Mutex(Namespace(now: Date()))
     }
@@ -112,7 +134,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         try state.withLock { ns in
             if inode == .root { throw Errno.isDirectory }
             let node = try existingNode(inode, in: ns)
-            return open(node, flags: flags, in: &ns)
+            return open(node, flags: flags, external: isExternal(context), in: &ns)
         }
     }
 
@@ -123,7 +145,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
             if let existing = try visibleNode(named: name, in: &ns) {
                 if flags.exclusive { throw FileSystemError.fileExists }
                 existing.lookups += 1
-                return (entry(for: existing), open(existing, flags: flags, in: &ns))
+                return (entry(for: existing), open(existing, flags: flags, external: isExternal(context), in: &ns))
             }
             guard ns.pendingFiles < configuration.maxPendingFiles else {
                 throw FileSystemError.tooManyEditorFiles(limit: configuration.maxPendingFiles)
@@ -133,13 +155,13 @@ public final class KeyValueFileSystem: FuseFileSystem {
             case .editorFile:
                 kind = .editorFile(EditorFile(content: [], hiddenKey: nil))
             case .key(let key):
-                if store.entry(forKey: key) == nil { try store.ledger.checkNewKey(usage: store.usage) }
+                if store.entry(forKey: key) == nil, !isExternal(context) { try store.ledger.checkNewKey(usage: store.usage) }
                 kind = .placeholder(key)
             }
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
             ns.directoryModifiedAt = node.modifiedAt
             node.lookups += 1
-            return (entry(for: node), open(node, flags: flags, in: &ns))
+            return (entry(for: node), open(node, flags: flags, external: isExternal(context), in: &ns))
         }
     }
 
@@ -162,7 +184,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
             let end = offset + bytes.count
             if end > buffer.count {
                 do {
-                    try checkGrowth(of: file.node, to: end)
+                    if !file.external { try checkGrowth(of: file.node, to: end) }
                 } catch {
                     file.buffer = buffer
                     file.writeRefusal = error
@@ -222,7 +244,11 @@ public final class KeyValueFileSystem: FuseFileSystem {
             let content = content(of: node)
             switch node.kind {
             case .key(let key):
-                try store.removeValue(forKey: key)
+                if isExternal(context), let (change, mode) = sync?.externalChanges.inFlight(key), change.isTombstone {
+                    try store.applyExternal([change], mode: mode)
+                } else {
+                    try store.removeValue(forKey: key)
+                }
             case .editorFile(let file):
                 try deleteHiddenKey(of: file, heldBy: node, in: &ns)
             case .placeholder, .removed:
@@ -342,8 +368,11 @@ public final class KeyValueFileSystem: FuseFileSystem {
         state.withLock { ns in ns.listings[handle] = nil }
     }
 
+    /// fsync of the mount's root is `synchronize()` when the mount syncs; either way every
+    /// committed change is made durable on disk first.
     public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
         try store.makeDurable()
+        try sync?.synchronize()
     }
 
     /// `df`: blocks of one byte, the store's byte quota and its use; files are keys.
@@ -362,20 +391,28 @@ public final class KeyValueFileSystem: FuseFileSystem {
     // MARK: - Extended attributes
 
     public func getxattr(inode: InodeNumber, name: String) throws -> [UInt8] {
-        try state.withLock { ns in
-            if inode == .root { throw FileSystemError.noSuchAttribute }
+        if inode == .root {
+            guard let value = sync?.rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
+            return Array(value.utf8)
+        }
+        return try state.withLock { ns in
             let node = try existingNode(inode, in: ns)
-            guard name == Self.typeAttribute, case .key(let key) = node.kind, let entry = store.entry(forKey: key) else {
+            guard case .key(let key) = node.kind, let entry = store.entry(forKey: key) else {
                 throw FileSystemError.noSuchAttribute
             }
-            return Array(entry.type.rawValue.utf8)
+            switch name {
+            case Self.typeAttribute: return Array(entry.type.rawValue.utf8)
+            case Self.syncAttribute where sync != nil: return Array((store.syncState(forKey: key) ?? .pending).rawValue.utf8)
+            default: throw FileSystemError.noSuchAttribute
+            }
         }
     }
 
     public func listxattr(inode: InodeNumber) throws -> [String] {
-        try state.withLock { ns in
-            if inode == .root { return [] }
-            return try existingNode(inode, in: ns).isKey ? [Self.typeAttribute] : []
+        if inode == .root { return sync?.rootAttributes().keys.sorted() ?? [] }
+        return try state.withLock { ns in
+            guard try existingNode(inode, in: ns).isKey else { return [] }
+            return sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
         }
     }
 
@@ -415,8 +452,8 @@ public final class KeyValueFileSystem: FuseFileSystem {
         return node
     }
 
-    private func open(_ node: Node, flags: OpenFlags, in ns: inout Namespace) -> OpenReply {
-        let file = OpenFile(node: node, writable: flags.isWritable)
+    private func open(_ node: Node, flags: OpenFlags, external: Bool, in ns: inout Namespace) -> OpenReply {
+        let file = OpenFile(node: node, writable: flags.isWritable, external: external)
         node.openHandles += 1
         var keepCache = false
         if file.writable {
@@ -459,7 +496,11 @@ public final class KeyValueFileSystem: FuseFileSystem {
         if let refusal = file.writeRefusal ?? file.commitRefusal { throw refusal }
         guard file.dirty else { return }
         do {
-            try commit(file.buffer ?? [], to: file.node, in: &ns)
+            if file.external, let key = file.node.key, let (change, mode) = sync?.externalChanges.inFlight(key) {
+                try commitExternal(change, mode: mode, to: file.node, in: &ns)
+            } else {
+                try commit(file.buffer ?? [], to: file.node, in: &ns)
+            }
             file.dirty = false
         } catch {
             file.commitRefusal = error
@@ -486,6 +527,22 @@ public final class KeyValueFileSystem: FuseFileSystem {
         }
         node.pageCacheTrusted = false
         node.rendered = nil
+    }
+
+    /// Makes a remote change the node's value, as the change itself (its stamp, its sync state).
+    private func commitExternal(_ change: StampedChange, mode: ExternalApplyMode, to node: Node, in ns: inout Namespace) throws {
+        try store.applyExternal([change], mode: mode)
+        if case .placeholder(let key) = node.kind, store.entry(forKey: key) != nil {
+            unhide(key, in: &ns)
+            ns.setKind(node, .key(key))
+        }
+        node.pageCacheTrusted = false
+        node.rendered = nil
+    }
+
+    /// Whether a request comes from the thread applying remote changes.
+    private func isExternal(_ context: RequestContext) -> Bool {
+        sync?.externalChanges.isApplier(thread: context.threadID) ?? false
     }
 
     private func decode(_ content: [UInt8]) throws -> PropertyListValue {
@@ -625,6 +682,14 @@ extension Node {
     var isKey: Bool {
         if case .key = kind { return true }
         return false
+    }
+
+    /// The key a key or placeholder stands for.
+    var key: String? {
+        switch kind {
+        case .key(let key), .placeholder(let key): key
+        case .editorFile, .removed: nil
+        }
     }
 }
 

@@ -75,10 +75,13 @@ final class OpenFile {
     /// A refusal given at commit to the content as it stands; writing more clears it, so
     /// that a flush of a descriptor closed early (bash's redirections) does not doom the rest.
     var commitRefusal: (any Error)?
+    /// Opened by the sync thread applying a remote change: committed as that change.
+    let external: Bool
 
-    init(node: Node, writable: Bool) {
+    init(node: Node, writable: Bool, external: Bool = false) {
         self.node = node
         self.writable = writable
+        self.external = external
     }
 }
 

@@ -23,16 +23,27 @@ public final class KeyValueStore: Sendable {
 
     private struct State {
         var entries: [String: Entry]
+        /// Every key's latest change, deleted keys included: its stamp and sync state.
+        var changes: [String: ChangeMeta]
         var limits: QuotaLimits
         var usedBytes: Int
         var revision: UInt64 = 0
         var lastSequence: Int64
+        var clock: HybridLogicalClock
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
+    }
+
+    private struct ChangeMeta {
+        var stamp: ChangeStamp
+        var syncState: SyncState
     }
 
     private let database: DatabaseQueue
     private let state: Mutex<State>
     private let clock: @Sendable () -> Date
+    private let changeObserver = Mutex<(@Sendable () -> Void)?>(nil)
+    /// The id this store's changes carry in their stamps.
+    public let deviceID: String
 
     /// Opens (creating if needed) the store at `path`. `limits`, when given, become the store's own.
     public init(path: String, limits: QuotaLimits? = nil, clock: @escaping @Sendable () -> Date = { Date() }) throws(StoreError) {
@@ -47,17 +58,28 @@ public final class KeyValueStore: Sendable {
             }
             database = try DatabaseQueue(path: path, configuration: configuration)
             try StoreSchema.migrator.migrate(database)
-            let loaded = try database.write { db -> State in
+            let (loaded, device) = try database.write { db -> (State, String) in
                 if let limits { try Self.saveLimits(limits, db) }
+                let device = try Self.deviceID(db)
                 let records = try ChangeRecord.fetchAll(db)
                 var entries = [String: Entry](minimumCapacity: records.count)
-                for record in records { entries[record.key] = Entry(record) }
-                return State(
+                var changes = [String: ChangeMeta](minimumCapacity: records.count)
+                var clock = HybridLogicalClock(device: device)
+                for record in records {
+                    entries[record.key] = Entry(record)
+                    changes[record.key] = ChangeMeta(stamp: record.stamp, syncState: record.syncState)
+                    clock.observe(record.stamp)
+                }
+                let state = State(
                     entries: entries,
+                    changes: changes,
                     limits: try Self.loadLimits(db),
                     usedBytes: entries.values.reduce(0) { $0 + $1.size },
-                    lastSequence: records.map(\.sequence).max() ?? 0)
+                    lastSequence: records.map(\.sequence).max() ?? 0,
+                    clock: clock)
+                return (state, device)
             }
+            deviceID = device
             state = Mutex(loaded)
         } catch let error as StoreError {
             throw error
@@ -103,9 +125,9 @@ public final class KeyValueStore: Sendable {
     /// or a byte total that grows past its limit is refused. Changes that leave a key's value as
     /// it was are not written and not logged.
     public func apply(_ changes: [KeyChange]) throws(StoreError) {
-        try state.withLock { (state: inout State) throws(StoreError) in
+        let committed = try state.withLock { (state: inout State) throws(StoreError) -> Bool in
             let ledger = QuotaLedger(limits: state.limits)
-            let at = now()
+            let unstamped = Date(timeIntervalSince1970: 0)  // each edit gets its stamp's time below
             var staged = [String: Entry?]()
             func current(_ key: String) -> Entry? {
                 if let pending = staged[key] { return pending }
@@ -117,7 +139,7 @@ public final class KeyValueStore: Sendable {
                     try ledger.checkKeyName(key)
                     let xml = try PropertyListCodec.encodeXML(value)
                     try ledger.checkValueSize(xml.count)
-                    staged[key] = .some(Entry(key: key, xml: xml, type: value.type, modifiedAt: at))
+                    staged[key] = .some(Entry(key: key, xml: xml, type: value.type, modifiedAt: unstamped))
                 case .delete(let key):
                     guard current(key) != nil else { throw .noSuchKey(key) }
                     staged[key] = .some(nil)
@@ -126,12 +148,12 @@ public final class KeyValueStore: Sendable {
                     guard source != destination else { continue }
                     try ledger.checkKeyName(destination)
                     staged[source] = .some(nil)
-                    staged[destination] = .some(Entry(key: destination, xml: moving.xml, type: moving.type, modifiedAt: at))
+                    staged[destination] = .some(Entry(key: destination, xml: moving.xml, type: moving.type, modifiedAt: unstamped))
                 }
             }
             // Keep only real changes, then check the result against the limits.
             let edits = staged.filter { key, new in new?.xml != state.entries[key]?.xml }
-            guard !edits.isEmpty else { return }
+            guard !edits.isEmpty else { return false }
             var keys = state.entries.count
             var bytes = state.usedBytes
             for (key, new) in edits {
@@ -141,18 +163,166 @@ public final class KeyValueStore: Sendable {
             }
             try ledger.checkResult(before: state.usage, after: QuotaUsage(bytes: bytes, keys: keys),
                                    added: edits.values.reduce(0) { $0 + ($1?.size ?? 0) })
-            var sequence = state.lastSequence
+            var clock = state.clock
+            let physical = milliseconds(now())
+            let stamped = edits.sorted(by: { $0.key < $1.key }).map { key, new in
+                let stamp = clock.stamp(physical: physical)
+                let entry = new.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
+                return (key, entry, stamp)
+            }
+            try commit(stamped.map { ($0.0, $0.1, $0.2, SyncState.pending) }, in: &state)
+            state.clock = clock
+            state.usedBytes = bytes
+            return true
+        }
+        if committed { changeObserver.withLock { $0 }?() }
+    }
+
+    /// Writes changes (already checked) and brings the in-memory index along.
+    private func commit(_ rows: [(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState)], in state: inout State) throws(StoreError) {
+        guard !rows.isEmpty else { return }
+        var sequence = state.lastSequence
+        try write { db in
+            for row in rows {
+                sequence += 1
+                try Self.record(key: row.key, entry: row.entry, stamp: row.stamp, syncState: row.syncState, sequence: sequence, db)
+            }
+        }
+        state.lastSequence = sequence
+        for row in rows {
+            state.entries[row.key] = row.entry
+            state.changes[row.key] = ChangeMeta(stamp: row.stamp, syncState: row.syncState)
+        }
+        state.revision &+= 1
+    }
+
+    // MARK: - Sync
+
+    /// Calls `observer` after every committed local change (never for external ones), outside
+    /// the store's lock.
+    public func observeLocalChanges(_ observer: @escaping @Sendable () -> Void) {
+        changeObserver.withLock { $0 = observer }
+    }
+
+    /// Where `key`'s latest change stands with the remote; nil for a key never written.
+    public func syncState(forKey key: String) -> SyncState? {
+        state.withLock { $0.changes[key]?.syncState }
+    }
+
+    /// How many keys have changes the remote has not yet accepted.
+    public var pendingCount: Int {
+        state.withLock { $0.changes.values.count { $0.syncState == .pending } }
+    }
+
+    /// The latest change of every key not yet accepted by the remote: one per key, so that a
+    /// burst of writes to a key travels as its last state.
+    public func pendingChanges() -> [StampedChange] {
+        state.withLock { state in
+            state.changes.filter { $0.value.syncState == .pending }.map { key, meta in
+                Self.stampedChange(key, meta.stamp, state.entries[key])
+            }
+            .sorted { $0.stamp < $1.stamp }
+        }
+    }
+
+    /// Every key's latest change, deleted keys included, by key.
+    public func allChanges() -> [StampedChange] {
+        state.withLock { state in
+            state.changes.map { key, meta in Self.stampedChange(key, meta.stamp, state.entries[key]) }
+                .sorted { $0.key < $1.key }
+        }
+    }
+
+    /// The latest change of `key`, a tombstone if it was deleted; nil for a key never written.
+    public func allChanges(forKey key: String) -> StampedChange? {
+        state.withLock { state in state.changes[key].map { Self.stampedChange(key, $0.stamp, state.entries[key]) } }
+    }
+
+    /// Whether `change` would replace what the store has under the merge rule.
+    public func accepts(_ change: StampedChange) -> Bool {
+        state.withLock { state in state.changes[change.key].map { change.stamp > $0.stamp } ?? true }
+    }
+
+    /// Marks changes the remote accepted as synced, unless the key changed again since.
+    public func markPushed(_ changes: [StampedChange]) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            let pushed = changes.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }
+            try markSynced(pushed.map(\.key), in: &state)
+        }
+    }
+
+    private func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
+        guard !keys.isEmpty else { return }
+        try write { db in
+            for key in keys {
+                try db.cachedStatement(sql: "UPDATE entry SET syncState = 'synced' WHERE key = ?").execute(arguments: [key])
+            }
+        }
+        for key in keys { state.changes[key]?.syncState = .synced }
+    }
+
+    /// Takes in changes made elsewhere. With `.merge`, a change replaces the key's value only
+    /// when its stamp is greater (an equal stamp is the remote confirming the local change);
+    /// the other modes replace unconditionally. External changes are not checked against the
+    /// local limits: the remote enforces the store's quotas, and replicas must converge.
+    /// Returns the keys whose visible value changed.
+    @discardableResult
+    public func applyExternal(_ changes: [StampedChange], mode: ExternalApplyMode = .merge) throws(StoreError) -> [String] {
+        try state.withLock { (state: inout State) throws(StoreError) -> [String] in
+            var rows = [(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState)]()
+            var confirmed = [StampedChange]()
+            var latest = [String: StampedChange]()
+            for change in changes where latest[change.key].map({ change.stamp > $0.stamp }) ?? true {
+                latest[change.key] = change
+            }
+            for change in latest.values.sorted(by: { $0.stamp < $1.stamp }) {
+                let current = state.changes[change.key]
+                if mode == .merge, let current, change.stamp <= current.stamp {
+                    if change.stamp == current.stamp, current.syncState == .pending { confirmed.append(change) }
+                    continue
+                }
+                let entry = change.value.map {
+                    Entry(key: change.key, xml: [UInt8]($0), type: change.type ?? .string, modifiedAt: change.stamp.date)
+                }
+                rows.append((change.key, entry, change.stamp, mode == .rollback ? .refused : .synced))
+            }
+            let changed = rows.filter { state.entries[$0.key]?.xml != $0.entry?.xml }.map(\.key)
+            var bytes = state.usedBytes
+            for row in rows { bytes += (row.entry?.size ?? 0) - (state.entries[row.key]?.size ?? 0) }
+            try commit(rows, in: &state)
+            state.usedBytes = bytes
+            for row in rows { state.clock.observe(row.stamp) }
+            try markSynced(confirmed.map(\.key), in: &state)
+            return changed
+        }
+    }
+
+    /// A setting kept with the store (the sync cursor, the remote's identity).
+    public func setting(_ name: String) -> String? {
+        try? database.read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) }
+    }
+
+    public func setSetting(_ name: String, to value: String?) throws(StoreError) {
+        try state.withLock { (_: inout State) throws(StoreError) in
             try write { db in
-                for (key, new) in edits.sorted(by: { $0.key < $1.key }) {
-                    sequence += 1
-                    try Self.record(key: key, entry: new, at: at, sequence: sequence, db)
+                if let value {
+                    try SettingRecord(name: name, value: value).save(db)
+                } else {
+                    _ = try SettingRecord.deleteOne(db, key: name)
                 }
             }
-            state.lastSequence = sequence
-            for (key, new) in edits { state.entries[key] = new }
-            state.usedBytes = bytes
-            state.revision &+= 1
         }
+    }
+
+    private static func stampedChange(_ key: String, _ stamp: ChangeStamp, _ entry: Entry?) -> StampedChange {
+        StampedChange(key: key, value: entry.map { Data($0.xml) }, type: entry?.type, stamp: stamp)
+    }
+
+    private static func deviceID(_ db: Database) throws -> String {
+        if let id = try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = 'device.id'") { return id }
+        let id = UUID().uuidString.lowercased()
+        try SettingRecord(name: "device.id", value: id).save(db)
+        return id
     }
 
     /// A number that changes whenever any value changes (not persisted).
@@ -217,14 +387,15 @@ public final class KeyValueStore: Sendable {
     }
 
     /// Writes a key's latest change: its value, or a tombstone.
-    private static func record(key: String, entry: Entry?, at date: Date, sequence: Int64, _ db: Database) throws {
+    private static func record(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState, sequence: Int64, _ db: Database) throws {
         let statement = try db.cachedStatement(sql: """
-            INSERT INTO entry (key, value, type, modifiedAt, sequence) VALUES (?, ?, ?, ?, ?)
+            INSERT INTO entry (key, value, type, modifiedAt, sequence, counter, device, syncState) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, type = excluded.type,
-                modifiedAt = excluded.modifiedAt, sequence = excluded.sequence
+                modifiedAt = excluded.modifiedAt, sequence = excluded.sequence, counter = excluded.counter,
+                device = excluded.device, syncState = excluded.syncState
             """)
         try statement.execute(arguments: [key, entry.map { Data($0.xml) }, entry?.type.rawValue,
-                                          milliseconds(entry?.modifiedAt ?? date), sequence])
+                                          stamp.time, sequence, stamp.counter, stamp.device, syncState.rawValue])
     }
 
     private static var limitNames: [(String, WritableKeyPath<QuotaLimits, Int>)] {
@@ -254,6 +425,11 @@ public final class KeyValueStore: Sendable {
 
 func milliseconds(_ date: Date) -> Int64 {
     Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+}
+
+extension ChangeStamp {
+    /// The physical part as a date.
+    public var date: Date { Date(timeIntervalSince1970: Double(time) / 1000) }
 }
 
 extension KeyValueStore.Entry {

@@ -9,10 +9,16 @@ public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
     /// The canonical XML property list; nil when the change deleted the key.
     public var value: Data?
     public var type: ValueType?
-    /// When the change was made, in milliseconds since 1970.
+    /// When the change was made, in milliseconds since 1970: the physical part of its stamp.
     public var modifiedAt: Int64
     /// Commit order, increasing across the whole store.
     public var sequence: Int64
+    /// The rest of the change's stamp (see `ChangeStamp`).
+    public var counter: Int32
+    public var device: String
+    public var syncState: SyncState
+
+    public var stamp: ChangeStamp { ChangeStamp(time: modifiedAt, counter: counter, device: device) }
 }
 
 /// A per-store setting: the quota limits and the device identity.
@@ -40,6 +46,14 @@ enum StoreSchema {
             try db.create(table: "setting") { t in
                 t.primaryKey("name", .text)
                 t.column("value", .text).notNull()
+            }
+        }
+        migrator.registerMigration("v2 change stamps and sync state") { db in
+            try db.alter(table: "entry") { t in
+                t.add(column: "counter", .integer).notNull().defaults(to: 0)
+                t.add(column: "device", .text).notNull().defaults(to: "")
+                t.add(column: "syncState", .text).notNull().defaults(to: SyncState.pending.rawValue)
+                    .check(sql: "syncState IN ('synced','pending','refused')")
             }
         }
         return migrator

@@ -1,8 +1,10 @@
 import ArgumentParser
 import Foundation
 import FuseKit
+import KVCloud
 import KVSFS
 import KVStore
+import KVSync
 
 struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -31,12 +33,18 @@ struct Mount: ParsableCommand {
     @Flag(name: .customLong("allow-other"), help: "Let other users use the mount.")
     var allowOther = false
 
+    @Option(help: "The remote to sync with: file:///path/cloud.sqlite, or none (default: cloud.sqlite in the data directory).")
+    var remote: String?
+
     func validate() throws {
         guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
         for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
             if let value, value < 1 { throw ValidationError("\(name) must be a positive number") }
         }
         if let keyNameBytes, keyNameBytes > 80 { throw ValidationError("--quota-key-length can be at most 80, so that every key has a file name") }
+        if let remote, remote != "none", RemoteLocation.filePath(remote) == nil {
+            throw ValidationError("--remote must be file:///absolute/path or none")
+        }
     }
 
     func run() throws {
@@ -44,7 +52,7 @@ struct Mount: ParsableCommand {
         try MountpointCheck.check(path)
         // SQLite frees a few tens of KiB per commit; glibc's default trim threshold hands that back to
         // the kernel (madvise) on worker-thread arenas and faults it in again on the next request.
-        MemoryTuning.keepFreedMemory()
+        SystemFunctions.keepFreedMemory()
 
         let dataDirectory = store.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
         let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)
@@ -60,11 +68,19 @@ struct Mount: ParsableCommand {
             throw CommandFailure("store '\(store.storeID)' in \(dataDirectory.path) is already mounted by another kvsfs process")
         }
         let keyValueStore = try KeyValueStore(path: location.databasePath)
-        if let limits = requestedLimits(over: keyValueStore.limits) { try keyValueStore.setLimits(limits) }
+        let newLimits = requestedLimits(over: keyValueStore.limits)
+        if let newLimits { try keyValueStore.setLimits(newLimits) }
 
+        let cloudPath = remote.map { RemoteLocation.filePath($0) } ?? dataDirectory.appendingPathComponent("cloud.sqlite").path
+        let sync = try cloudPath.map { cloud in
+            try MountSync(store: keyValueStore, storeID: store.storeID, cloudPath: cloud, mountpoint: path,
+                          eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path,
+                          limits: newLimits)
+        }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
-            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!))
+            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!),
+            sync: sync?.hooks)
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
         // permissions (0644 files, 0755 directory, owned by the mounting user).
@@ -77,7 +93,9 @@ struct Mount: ParsableCommand {
             throw CommandFailure(error.description)
         }
         mount.handleSignals()
+        sync?.start()
         let status = mount.run()
+        sync?.stop()
         try keyValueStore.makeDurable()
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
@@ -139,14 +157,3 @@ enum MountpointCheck {
     }
 }
 
-/// Process-wide allocator settings for the daemon.
-enum MemoryTuning {
-    /// Raises glibc's trim threshold (`mallopt(M_TRIM_THRESHOLD, 64 MiB)`). The Glibc module does
-    /// not export `mallopt`, so it is looked up at run time; without it the default stays.
-    static func keepFreedMemory() {
-        typealias Mallopt = @convention(c) (Int32, Int32) -> Int32
-        guard let symbol = dlsym(nil, "mallopt") else { return }
-        let mTrimThreshold: Int32 = -1
-        _ = unsafeBitCast(symbol, to: Mallopt.self)(mTrimThreshold, 64 << 20)
-    }
-}

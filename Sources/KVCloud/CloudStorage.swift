@@ -1,0 +1,79 @@
+import Foundation
+import KVStore
+
+/// The remote side of sync: every store's latest change per key and the order changes were
+/// accepted in, behind one merge rule and the store's quotas. The file remote and the network
+/// server both keep their data through an implementation of this protocol.
+public protocol CloudStorage: Sendable {
+    /// A stable id of this remote (its account): a mount that finds another id than the one it
+    /// last synced with has changed account.
+    func identity() throws(CloudError) -> String
+
+    /// Offers changes to `store`. Each is accepted (recorded, or already superseded by a newer
+    /// change: pushing twice is harmless) or refused because it would break a quota.
+    func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome
+
+    /// The changes accepted after `cursor`, oldest first, at most `limit` of them.
+    func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch
+
+    /// The cursor of the store's newest accepted change (0 when it has none).
+    func cursor(of store: String) throws(CloudError) -> Int64
+
+    func limits(of store: String) throws(CloudError) -> QuotaLimits
+    func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError)
+}
+
+/// What became of pushed changes.
+public struct PushOutcome: Sendable, Equatable, Codable {
+    /// Changes the remote now has (or had already, or has something newer for).
+    public var accepted: [StampedChange]
+    public var refused: [Refusal]
+
+    public init(accepted: [StampedChange] = [], refused: [Refusal] = []) {
+        self.accepted = accepted
+        self.refused = refused
+    }
+}
+
+/// A change the remote refused, with what it holds for the key instead.
+public struct Refusal: Sendable, Equatable, Codable {
+    public var change: StampedChange
+    /// The remote's latest change for the key; nil when it never had the key.
+    public var current: StampedChange?
+    /// Why, in words (the quota that would break).
+    public var reason: String
+
+    public init(change: StampedChange, current: StampedChange?, reason: String) {
+        self.change = change
+        self.current = current
+        self.reason = reason
+    }
+}
+
+/// Changes accepted after a cursor.
+public struct ChangeBatch: Sendable, Equatable, Codable {
+    public var changes: [StampedChange]
+    /// The cursor to ask from next time.
+    public var cursor: Int64
+    /// Whether these are all the changes after the cursor asked for.
+    public var complete: Bool
+
+    public init(changes: [StampedChange], cursor: Int64, complete: Bool) {
+        self.changes = changes
+        self.cursor = cursor
+        self.complete = complete
+    }
+}
+
+public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The storage cannot be opened or read (a missing directory, a locked or corrupt file).
+    case unavailable(String)
+    case invalidStoreName(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let reason): "the remote is unavailable: \(reason)"
+        case .invalidStoreName(let name): "invalid store name \(name)"
+        }
+    }
+}

@@ -1,0 +1,182 @@
+import Foundation
+import GRDB
+import KVStore
+
+/// Cloud storage in one SQLite database (WAL), safe for several processes at once: every
+/// push is one IMMEDIATE transaction, and readers never block it.
+///
+/// Tables: `cloudStore` (per store: the newest cursor, the usage, the limits), `cloudChange`
+/// (per store and key: the latest accepted change and the cursor it was accepted at),
+/// `cloudSetting` (the remote's identity).
+public final class SQLiteCloudStorage: CloudStorage {
+    private let database: DatabasePool
+
+    /// Opens (creating if needed) the database at `path`.
+    public init(path: String) throws(CloudError) {
+        do {
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(10)
+            configuration.prepareDatabase { db in
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            }
+            database = try DatabasePool(path: path, configuration: configuration)
+            try Self.migrator.migrate(database)
+        } catch {
+            throw .unavailable("\(path): \(error)")
+        }
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1 stores, their latest changes, settings") { db in
+            try db.create(table: "cloudStore", options: [.withoutRowID]) { t in
+                t.primaryKey("id", .text)
+                t.column("cursor", .integer).notNull()
+                t.column("bytes", .integer).notNull()
+                t.column("keys", .integer).notNull()
+                t.column("totalBytes", .integer).notNull()
+                t.column("valueBytes", .integer).notNull()
+                t.column("maxKeys", .integer).notNull()
+                t.column("keyNameBytes", .integer).notNull()
+            }
+            try db.create(table: "cloudChange", options: [.withoutRowID]) { t in
+                t.column("store", .text).notNull()
+                t.column("key", .text).notNull()
+                t.column("value", .blob)
+                t.column("type", .text)
+                t.column("time", .integer).notNull()
+                t.column("counter", .integer).notNull()
+                t.column("device", .text).notNull()
+                t.column("cursor", .integer).notNull()
+                t.primaryKey(["store", "key"])
+                t.check(sql: "(value IS NULL) = (type IS NULL)")
+            }
+            try db.create(index: "cloudChangeByCursor", on: "cloudChange", columns: ["store", "cursor"], unique: true)
+            try db.create(table: "cloudSetting") { t in
+                t.primaryKey("name", .text)
+                t.column("value", .text).notNull()
+            }
+            try db.execute(sql: "INSERT INTO cloudSetting (name, value) VALUES ('identity', ?)", arguments: [UUID().uuidString.lowercased()])
+        }
+        return migrator
+    }
+
+    public func identity() throws(CloudError) -> String {
+        try run { try self.database.read { db in try String.fetchOne(db, sql: "SELECT value FROM cloudSetting WHERE name = 'identity'") ?? "" } }
+    }
+
+    public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
+        try StoreName.check(store)
+        return try run {
+            try self.database.write { db in
+                var table = try Table(db: db, store: store)
+                return try CloudLedger.push(changes, into: &table)
+            }
+        }
+    }
+
+    public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
+        try StoreName.check(store)
+        return try run {
+            try self.database.read { db in
+                let rows = try Row.fetchAll(db, sql: """
+                    SELECT key, value, type, time, counter, device, cursor FROM cloudChange
+                    WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
+                    """, arguments: [store, cursor, limit + 1])
+                let changes = rows.prefix(limit).map(Self.change)
+                let last = rows.prefix(limit).last.map { $0["cursor"] as Int64 } ?? cursor
+                return ChangeBatch(changes: changes, cursor: last, complete: rows.count <= limit)
+            }
+        }
+    }
+
+    public func cursor(of store: String) throws(CloudError) -> Int64 {
+        try StoreName.check(store)
+        return try run {
+            try self.database.read { db in
+                try Int64.fetchOne(db, sql: "SELECT cursor FROM cloudStore WHERE id = ?", arguments: [store]) ?? 0
+            }
+        }
+    }
+
+    public func limits(of store: String) throws(CloudError) -> QuotaLimits {
+        try StoreName.check(store)
+        return try run { try self.database.read { db in try Table.limits(db: db, store: store) ?? .modelled } }
+    }
+
+    public func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) {
+        try StoreName.check(store)
+        try run {
+            try self.database.write { db in
+                _ = try Table(db: db, store: store)
+                try db.execute(sql: """
+                    UPDATE cloudStore SET totalBytes = ?, valueBytes = ?, maxKeys = ?, keyNameBytes = ? WHERE id = ?
+                    """, arguments: [limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes, store])
+            }
+        }
+    }
+
+    private func run<T>(_ body: () throws -> T) throws(CloudError) -> T {
+        do {
+            return try body()
+        } catch {
+            throw .unavailable(String(describing: error))
+        }
+    }
+
+    private static func change(_ row: Row) -> StampedChange {
+        StampedChange(
+            key: row["key"], value: row["value"], type: (row["type"] as String?).flatMap(ValueType.init(rawValue:)),
+            stamp: ChangeStamp(time: row["time"], counter: row["counter"], device: row["device"]))
+    }
+
+    /// One store's rows inside a write transaction; the store's row is created on first use.
+    private struct Table: CloudTable {
+        let db: Database
+        let store: String
+        let limits: QuotaLimits
+        var usage: QuotaUsage
+        var cursor: Int64
+
+        init(db: Database, store: String) throws {
+            self.db = db
+            self.store = store
+            if try Row.fetchOne(db, sql: "SELECT 1 FROM cloudStore WHERE id = ?", arguments: [store]) == nil {
+                let limits = QuotaLimits.modelled
+                try db.execute(sql: """
+                    INSERT INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
+                    VALUES (?, 0, 0, 0, ?, ?, ?, ?)
+                    """, arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
+            }
+            let row = try Row.fetchOne(db, sql: "SELECT cursor, bytes, keys FROM cloudStore WHERE id = ?", arguments: [store])!
+            limits = try Self.limits(db: db, store: store) ?? .modelled
+            usage = QuotaUsage(bytes: row["bytes"], keys: row["keys"])
+            cursor = row["cursor"]
+        }
+
+        static func limits(db: Database, store: String) throws -> QuotaLimits? {
+            guard let row = try Row.fetchOne(db, sql: "SELECT totalBytes, valueBytes, maxKeys, keyNameBytes FROM cloudStore WHERE id = ?", arguments: [store]) else { return nil }
+            return QuotaLimits(totalBytes: row["totalBytes"], valueBytes: row["valueBytes"], keys: row["maxKeys"], keyNameBytes: row["keyNameBytes"])
+        }
+
+        func current(_ key: String) throws -> StampedChange? {
+            let statement = try db.cachedStatement(sql: """
+                SELECT key, value, type, time, counter, device FROM cloudChange WHERE store = ? AND key = ?
+                """)
+            return try Row.fetchOne(statement, arguments: [store, key]).map(SQLiteCloudStorage.change)
+        }
+
+        mutating func record(_ change: StampedChange, cursor: Int64, usage: QuotaUsage) throws {
+            try db.execute(sql: """
+                INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
+                    counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                """, arguments: [store, change.key, change.value, change.type?.rawValue, change.stamp.time,
+                                 change.stamp.counter, change.stamp.device, cursor])
+            try db.execute(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?",
+                           arguments: [cursor, usage.bytes, usage.keys, store])
+            self.cursor = cursor
+            self.usage = usage
+        }
+    }
+}

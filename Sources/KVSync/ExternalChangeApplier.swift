@@ -1,0 +1,148 @@
+import Foundation
+import KVStore
+
+/// Takes remote changes into the local store. Returns the keys whose value changed.
+public protocol ExternalChangeApplying: Sendable {
+    func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async -> [String]
+}
+
+/// Applies straight to the store: for a store that is not mounted (and in tests).
+public struct StoreApplier: ExternalChangeApplying {
+    let store: KeyValueStore
+
+    public init(store: KeyValueStore) {
+        self.store = store
+    }
+
+    public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async -> [String] {
+        (try? store.applyExternal(changes, mode: mode)) ?? []
+    }
+}
+
+/// Applies remote changes through the mount's own path, from a thread of its own, so that the
+/// kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and IN_DELETE for them as for any
+/// writer. The thread's id is registered with `registry`, and each change is announced there
+/// while its file is written: the file system commits that write as the remote change itself
+/// (with its stamp, not uploaded again) and skips the local quota checks.
+///
+/// A change the mount cannot show as a file operation (a key hidden by an editor's save in
+/// progress, say) goes straight to the store, without an inotify event.
+public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
+    private let mountpoint: String
+    private let fileName: @Sendable (String) -> String
+    private let store: KeyValueStore
+    private let registry: ExternalChangeRegistry
+    private let jobs = JobQueue()
+    /// The mount's root while a batch is applied (-1 otherwise). Files are reached relative to
+    /// it; it is not held between batches, which would make `fusermount3 -u` fail with EBUSY.
+    private var root: Int32 = -1
+
+    /// `fileName` maps a key to its file name in the mount.
+    public init(mountpoint: String, fileName: @escaping @Sendable (String) -> String, store: KeyValueStore, registry: ExternalChangeRegistry) {
+        self.mountpoint = mountpoint
+        self.fileName = fileName
+        self.store = store
+        self.registry = registry
+        let thread = Thread { [jobs, registry] in
+            registry.registerApplier(thread: currentThreadID())
+            jobs.serve()
+        }
+        thread.name = "kvsfs-applier"
+        thread.start()
+    }
+
+    public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async -> [String] {
+        await withCheckedContinuation { continuation in
+            jobs.enqueue { continuation.resume(returning: self.applyNow(changes, mode: mode)) }
+        }
+    }
+
+    private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) -> [String] {
+        root = openMountRoot()
+        defer {
+            if root >= 0 { close(root) }
+            root = -1
+        }
+        var changed = [String]()
+        for change in changes {
+            if mode == .merge, !store.accepts(change) { continue }
+            let before = store.entry(forKey: change.key)?.xml
+            registry.begin(change, mode: mode)
+            let name = fileName(change.key)
+            if root >= 0, let value = change.value {
+                writeFile(name, Array(value))
+            } else if root >= 0, before != nil {
+                unlinkat(root, name, 0)
+            }
+            registry.end(change.key)
+            if store.allChanges(forKey: change.key)?.stamp != change.stamp {
+                _ = try? store.applyExternal([change], mode: mode)
+            }
+            if store.entry(forKey: change.key)?.xml != before { changed.append(change.key) }
+        }
+        return changed
+    }
+
+    /// Opens the mount's root, or returns -1 when `mountpoint` is no longer a mount's root
+    /// (after an unmount): nothing is ever written to the directory underneath.
+    private func openMountRoot() -> Int32 {
+        let descriptor = open(mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return -1 }
+        var info = stat()
+        var parent = stat()
+        // A FUSE mount's root is inode 1, on another device than the directory above it.
+        guard fstat(descriptor, &info) == 0, info.st_ino == 1,
+              fstatat(descriptor, "..", &parent, 0) == 0, parent.st_dev != info.st_dev else {
+            close(descriptor)
+            return -1
+        }
+        return descriptor
+    }
+
+    private func writeFile(_ name: String, _ bytes: [UInt8]) {
+        let descriptor = openat(root, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { return }
+        var written = 0
+        bytes.withUnsafeBytes { buffer in
+            while written < buffer.count {
+                let count = write(descriptor, buffer.baseAddress! + written, buffer.count - written)
+                if count <= 0 { break }
+                written += count
+            }
+        }
+        close(descriptor)
+    }
+}
+
+/// Work for one thread, in order.
+private final class JobQueue: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [() -> Void] = []
+
+    func enqueue(_ job: @escaping () -> Void) {
+        condition.lock()
+        jobs.append(job)
+        condition.signal()
+        condition.unlock()
+    }
+
+    func serve() -> Never {
+        while true {
+            condition.lock()
+            while jobs.isEmpty { condition.wait() }
+            let job = jobs.removeFirst()
+            condition.unlock()
+            job()
+        }
+    }
+}
+
+/// The kernel's id of the calling thread (what FUSE reports as a request's pid), read from
+/// /proc/thread-self, which links to "PID/task/TID".
+func currentThreadID() -> Int32 {
+    var buffer = [CChar](repeating: 0, count: 64)
+    let length = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+    guard length > 0 else { return getpid() }
+    let link = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return link.split(separator: "/").last.flatMap { Int32($0) } ?? getpid()
+}

@@ -1,0 +1,108 @@
+import Foundation
+import KVCloud
+import KVStore
+import Synchronization
+
+/// Where a mount's changes go and come from: one store on a remote.
+public protocol Remote: Sendable {
+    /// Names the remote in messages (a URL).
+    var description: String { get }
+    /// The remote's account id (see `CloudStorage.identity()`).
+    func identity() async throws -> String
+    func push(_ changes: [StampedChange]) async throws -> PushOutcome
+    func fetch(after cursor: Int64) async throws -> ChangeBatch
+    /// Returns true as soon as the remote has changes after `cursor`, false after `timeout`.
+    func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool
+}
+
+/// Why a remote could not serve a request.
+public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// Not reachable now: retry with backoff.
+    case unreachable(String)
+    /// Busy or rate-limited: retry after the time given, if any.
+    case retryLater(after: Duration?, String)
+
+    public var retryAfter: Duration? {
+        if case .retryLater(let after, _) = self { return after }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .unreachable(let reason): "the remote cannot be reached: \(reason)"
+        case .retryLater(let after, let reason):
+            "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
+        }
+    }
+}
+
+/// A remote whose data lives in a `CloudStorage` this process opens itself: the embedded
+/// file remote (`SQLiteCloudStorage`, shared by every process that opens the same file) or
+/// the in-memory one for tests. The storage is opened on first use and again after a failure,
+/// so a remote that cannot be opened now is retried rather than fatal.
+public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
+    public let description: String
+    private let store: String
+    private let open: @Sendable () throws(CloudError) -> any CloudStorage
+    private let storage = Mutex<(any CloudStorage)?>(nil)
+    private let clock: C
+    private let pollInterval: Duration
+
+    /// `pollInterval` is how often `waitForChanges` looks at the storage's cursor.
+    public init(description: String, store: String, clock: C, pollInterval: Duration = .milliseconds(5),
+                open: @escaping @Sendable () throws(CloudError) -> any CloudStorage) {
+        self.description = description
+        self.store = store
+        self.open = open
+        self.clock = clock
+        self.pollInterval = pollInterval
+    }
+
+    public func identity() async throws -> String {
+        try withStorage { storage throws(CloudError) in try storage.identity() }
+    }
+
+    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
+        try withStorage { storage throws(CloudError) in try storage.push(changes, to: store) }
+    }
+
+    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
+        try withStorage { storage throws(CloudError) in try storage.changes(in: store, after: cursor, limit: 4096) }
+    }
+
+    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+        let deadline = clock.now.advanced(by: timeout)
+        while true {
+            if try withStorage({ storage throws(CloudError) in try storage.cursor(of: store) }) > cursor { return true }
+            if clock.now >= deadline { return false }
+            try await clock.sleep(for: pollInterval)
+        }
+    }
+
+    private func withStorage<T>(_ body: (any CloudStorage) throws(CloudError) -> T) throws(RemoteError) -> T {
+        do {
+            let opened = try storage.withLock { (current: inout (any CloudStorage)?) throws(CloudError) -> any CloudStorage in
+                if let current { return current }
+                let made = try open()
+                current = made
+                return made
+            }
+            return try body(opened)
+        } catch {
+            storage.withLock { $0 = nil }
+            throw .unreachable(error.description)
+        }
+    }
+}
+
+extension CloudRemote where C == ContinuousClock {
+    /// The embedded remote: a shared SQLite database at `path`.
+    public static func file(path: String, store: String) -> CloudRemote<ContinuousClock> {
+        CloudRemote(description: "file://\(path)", store: store, clock: ContinuousClock()) { () throws(CloudError) in
+            guard FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent) else {
+                throw .unavailable("the directory of \(path) does not exist")
+            }
+            return try SQLiteCloudStorage(path: path)
+        }
+    }
+}

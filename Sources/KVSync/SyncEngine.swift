@@ -1,0 +1,199 @@
+import Foundation
+import KVCloud
+import KVStore
+import Synchronization
+
+/// Reconciles a local store with a remote: pushes local changes (the latest per key, so that
+/// bursts travel as one change), fetches remote ones and hands them to the applier, reports
+/// every external change as a `SyncEvent`, and retries with backoff and jitter while the
+/// remote cannot be reached, honouring a retry-after the remote gives.
+///
+/// Settings kept in the store: `sync.cursor` (the remote cursor fetched up to) and
+/// `sync.remote` (the remote account synced with; another one means an account change).
+public final class SyncEngine: Sendable {
+    /// How the engine stands, for `user.kvsfs.sync` on the mount's root.
+    public struct Status: Sendable, Equatable {
+        public var lastError: String?
+        public var lastSync: Date?
+        public var initialSyncDone: Bool
+    }
+
+    private let store: KeyValueStore
+    private let remote: any Remote
+    private let applier: any ExternalChangeApplying
+    private let onEvent: @Sendable (SyncEvent) -> Void
+    private let debounce: Duration
+    private let cycleLock = AsyncLock()
+    private let wake = WakeSignal()
+    private let tasks = Mutex<[Task<Void, Never>]>([])
+    private let state = Mutex(Status(lastError: nil, lastSync: nil, initialSyncDone: false))
+    private let knownRemoteCursor: Atomic<Int64>
+
+    /// `debounce` is how long a local change waits for others to join it before the push.
+    public init(store: KeyValueStore, remote: any Remote, applier: any ExternalChangeApplying,
+                debounce: Duration = .milliseconds(2), onEvent: @escaping @Sendable (SyncEvent) -> Void = { _ in }) {
+        self.store = store
+        self.remote = remote
+        self.applier = applier
+        self.onEvent = onEvent
+        self.debounce = debounce
+        knownRemoteCursor = Atomic(store.setting(Self.cursorSetting).flatMap { Int64($0) } ?? 0)
+    }
+
+    static let cursorSetting = "sync.cursor"
+    static let remoteSetting = "sync.remote"
+
+    public var status: Status { state.withLock { $0 } }
+    public var remoteDescription: String { remote.description }
+
+    /// Starts syncing in the background: at once, then on every local change, every remote
+    /// change, and every 30 seconds.
+    public func start() {
+        store.observeLocalChanges { [wake] in wake.signal() }
+        let loop = Task.detached { [self] in await runLoop() }
+        let watcher = Task.detached { [self] in await watchRemote() }
+        let ticker = Task.detached { [wake] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .seconds(30))
+                wake.signal()
+            }
+        }
+        tasks.withLock { $0 = [loop, watcher, ticker] }
+    }
+
+    public func stop() {
+        for task in tasks.withLock({ $0 }) { task.cancel() }
+        wake.signal()
+    }
+
+    /// `synchronize()`: pushes what is pending and fetches what is new, now. Throws the
+    /// remote's error when it cannot be reached.
+    public func synchronize() async throws {
+        try await cycle()
+    }
+
+    // MARK: - The loop
+
+    private func runLoop() async {
+        var backoff = Backoff()
+        var generator = SystemRandomNumberGenerator()
+        while !Task.isCancelled {
+            do {
+                try await cycle()
+                backoff.reset()
+            } catch {
+                let delay = (error as? RemoteError)?.retryAfter ?? backoff.next(using: &generator)
+                try? await Task.sleep(for: delay)
+                continue
+            }
+            await wake.wait()
+            try? await Task.sleep(for: debounce)
+        }
+    }
+
+    /// Wakes the loop when the remote has changes after the cursor fetched up to.
+    private func watchRemote() async {
+        var backoff = Backoff()
+        var generator = SystemRandomNumberGenerator()
+        while !Task.isCancelled {
+            do {
+                if try await remote.waitForChanges(after: knownRemoteCursor.load(ordering: .relaxed), timeout: .seconds(10)) {
+                    wake.signal()
+                    // Let the loop fetch before looking again.
+                    let seen = knownRemoteCursor.load(ordering: .relaxed)
+                    while knownRemoteCursor.load(ordering: .relaxed) == seen, !Task.isCancelled {
+                        try await Task.sleep(for: .milliseconds(2))
+                    }
+                }
+                backoff.reset()
+            } catch {
+                try? await Task.sleep(for: backoff.next(using: &generator))
+            }
+        }
+    }
+
+    /// One round: account check, push, fetch. Rounds never overlap.
+    private func cycle() async throws {
+        try await cycleLock.withLock {
+            do {
+                try await checkAccount()
+                try await push()
+                try await pull()
+                state.withLock {
+                    $0.lastError = nil
+                    $0.lastSync = Date()
+                    $0.initialSyncDone = true
+                }
+            } catch {
+                state.withLock { $0.lastError = String(describing: error) }
+                throw error
+            }
+        }
+    }
+
+    /// On the first contact with a remote, records its account. A different account than the
+    /// one last synced with replaces every local value by the new account's.
+    private func checkAccount() async throws {
+        let identity = try await remote.identity()
+        let recorded = store.setting(Self.remoteSetting)
+        guard recorded != identity else { return }
+        if recorded != nil {
+            try await replaceWithAccount(identity)
+        } else {
+            try store.setSetting(Self.remoteSetting, to: identity)
+        }
+    }
+
+    private func replaceWithAccount(_ identity: String) async throws {
+        var cursor: Int64 = 0
+        var remoteChanges = [String: StampedChange]()
+        while true {
+            let batch = try await remote.fetch(after: cursor)
+            for change in batch.changes { remoteChanges[change.key] = change }
+            cursor = batch.cursor
+            if batch.complete { break }
+        }
+        var replacements = Array(remoteChanges.values)
+        for local in store.allChanges() where remoteChanges[local.key] == nil && !local.isTombstone {
+            replacements.append(.tombstone(local.key, stamp: local.stamp))
+        }
+        let changed = await applier.apply(replacements, mode: .replace)
+        try store.setSetting(Self.remoteSetting, to: identity)
+        try store.setSetting(Self.cursorSetting, to: String(cursor))
+        knownRemoteCursor.store(cursor, ordering: .relaxed)
+        if !changed.isEmpty { onEvent(SyncEvent(reason: .accountChange, keys: changed.sorted())) }
+    }
+
+    private func push() async throws {
+        let pending = store.pendingChanges()
+        guard !pending.isEmpty else { return }
+        let outcome = try await remote.push(pending)
+        try store.markPushed(outcome.accepted)
+        guard !outcome.refused.isEmpty else { return }
+        // Roll each refused change back to what the remote holds (or to nothing).
+        let rollbacks = outcome.refused.map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
+        let changed = await applier.apply(rollbacks, mode: .rollback)
+        let message = outcome.refused.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
+        onEvent(SyncEvent(reason: .quotaViolation, keys: outcome.refused.map(\.change.key).sorted(), message: message))
+        _ = changed
+    }
+
+    /// Fetches and applies what the remote accepted since the cursor. The very first fetch
+    /// into this store is the initial sync.
+    private func pull() async throws {
+        let reason: SyncEvent.Reason = store.setting(Self.cursorSetting) == nil ? .initialSync : .serverChange
+        var cursor = store.setting(Self.cursorSetting).flatMap { Int64($0) } ?? 0
+        while true {
+            let batch = try await remote.fetch(after: cursor)
+            let newer = batch.changes.filter { store.accepts($0) }
+            let confirmations = batch.changes.filter { !store.accepts($0) }
+            if !confirmations.isEmpty { try store.applyExternal(confirmations) }
+            let changed = newer.isEmpty ? [] : await applier.apply(newer, mode: .merge)
+            cursor = batch.cursor
+            try store.setSetting(Self.cursorSetting, to: String(cursor))
+            knownRemoteCursor.store(cursor, ordering: .relaxed)
+            if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
+            if batch.complete { break }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import Dispatch
+import Foundation
+import KVCloud
+import KVSFS
+import KVStore
+import KVSync
+import Synchronization
+
+/// `--remote` values.
+enum RemoteLocation {
+    /// The path of a file:// remote; nil for anything else.
+    static func filePath(_ url: String) -> String? {
+        guard url.hasPrefix("file:///") else { return nil }
+        return String(url.dropFirst("file://".count))
+    }
+}
+
+/// Sync for one mount: the engine, the thread that applies remote changes through the mount,
+/// the event log, and the hooks the file system calls.
+final class MountSync: Sendable {
+    let engine: SyncEngine
+    let hooks: SyncHooks
+    private let store: KeyValueStore
+
+    init(store: KeyValueStore, storeID: String, cloudPath: String, mountpoint: String, eventLogPath: String, limits: QuotaLimits?) throws {
+        self.store = store
+        let remote = CloudRemote.file(path: cloudPath, store: storeID)
+        if let limits {
+            // The file remote belongs to the same user: --quota-* set its limits too.
+            do {
+                try SQLiteCloudStorage(path: cloudPath).setLimits(limits, of: storeID)
+            } catch {
+                throw CommandFailure("cannot set the quotas of the remote \(remote.description): \(error)")
+            }
+        }
+        let events: EventLog
+        do {
+            events = try EventLog(path: eventLogPath)
+        } catch {
+            throw CommandFailure("cannot open the event log \(eventLogPath): \(error.localizedDescription)")
+        }
+        let registry = ExternalChangeRegistry()
+        let applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store, registry: registry)
+        let engine = SyncEngine(store: store, remote: remote, applier: applier) { event in events.append(event) }
+        self.engine = engine
+        hooks = SyncHooks(
+            externalChanges: registry,
+            synchronize: { try MountSync.synchronize(engine) },
+            rootAttributes: {
+                [
+                    "user.kvsfs.events": events.path,
+                    "user.kvsfs.remote": remote.description,
+                    "user.kvsfs.sync": MountSync.summary(engine.status, pending: store.pendingCount),
+                ]
+            })
+    }
+
+    func start() { engine.start() }
+    func stop() { engine.stop() }
+
+    /// Runs `synchronize()` from a FUSE request thread, waiting for it.
+    private static func synchronize(_ engine: SyncEngine) throws {
+        let outcome = Mutex<(any Error)?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Task.detached {
+            do {
+                try await engine.synchronize()
+            } catch {
+                outcome.withLock { $0 = error }
+            }
+            done.signal()
+        }
+        done.wait()
+        guard let error = outcome.withLock({ $0 }) else { return }
+        if let error = error as? RemoteError, error.retryAfter != nil { throw FileSystemError.remoteBusy(error.description) }
+        throw FileSystemError.remoteUnreachable(String(describing: error))
+    }
+
+    /// `user.kvsfs.sync` of the root: synced, pending N, or offline with the reason.
+    static func summary(_ status: SyncEngine.Status, pending: Int) -> String {
+        if let error = status.lastError { return "offline (\(pending) pending): \(error)" }
+        if status.lastSync == nil { return "connecting (\(pending) pending)" }
+        return pending == 0 ? "synced" : "pending \(pending)"
+    }
+}

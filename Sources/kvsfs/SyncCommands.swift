@@ -1,0 +1,70 @@
+import ArgumentParser
+import Foundation
+
+/// Reads an extended attribute of a mount's root; nil when it is not a syncing kvsfs mount.
+func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    let length = SystemFunctions.getxattr(mountpoint, name, &buffer, buffer.count)
+    guard length >= 0 else { return nil }
+    return String(decoding: buffer[..<length], as: UTF8.self)
+}
+
+struct Sync: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Push what is pending and fetch what is new, now (synchronize()).",
+        discussion: "The same as fsync on the mount's root directory. Fails when the remote cannot be reached.")
+
+    @Argument(help: "A kvsfs mount.")
+    var mountpoint: String
+
+    func run() throws {
+        guard mountAttribute(mountpoint, "user.kvsfs.remote") != nil else {
+            throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs")
+        }
+        let descriptor = open(mountpoint, O_RDONLY | O_DIRECTORY)
+        guard descriptor >= 0 else { throw CommandFailure("\(mountpoint): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        if fsync(descriptor) != 0 {
+            let code = errno
+            let detail = mountAttribute(mountpoint, "user.kvsfs.sync") ?? String(cString: strerror(code))
+            throw CommandFailure("sync failed (\(String(cString: strerror(code)))): \(detail)")
+        }
+    }
+}
+
+struct Events: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the mount's external changes as they happen, one JSON line each.",
+        discussion: """
+            Each line: {"keys":[...],"reason":"server-change|initial-sync|quota-violation|account-change","time":"..."} \
+            (quota violations also carry "message"). Runs until interrupted.
+            """)
+
+    @Argument(help: "A kvsfs mount.")
+    var mountpoint: String
+
+    @Flag(help: "Print the events already logged first.")
+    var all = false
+
+    func run() throws {
+        guard let path = mountAttribute(mountpoint, "user.kvsfs.events") else {
+            throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs")
+        }
+        guard let log = FileHandle(forReadingAtPath: path) else { throw CommandFailure("cannot read the event log \(path)") }
+        if !all { log.seekToEndOfFile() }
+        var partial = Data()
+        while true {
+            let chunk = log.availableData
+            if chunk.isEmpty {
+                usleep(10_000)
+                continue
+            }
+            partial.append(chunk)
+            while let newline = partial.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = partial[partial.startIndex...newline]
+                FileHandle.standardOutput.write(Data(line))
+                partial.removeSubrange(partial.startIndex...newline)
+            }
+        }
+    }
+}
