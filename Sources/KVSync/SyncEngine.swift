@@ -91,18 +91,19 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// Wakes the loop when the remote has changes after the cursor fetched up to.
+    /// Wakes the loop when the remote has changes after the cursor fetched up to, then lets
+    /// the loop fetch them before looking again.
     private func watchRemote() async {
         var backoff = Backoff()
         var generator = SystemRandomNumberGenerator()
         while !Task.isCancelled {
             do {
-                if try await remote.waitForChanges(after: knownRemoteCursor.load(ordering: .relaxed), timeout: .seconds(10)) {
+                let seen = knownRemoteCursor.load(ordering: .relaxed)
+                if try await remote.waitForChanges(after: seen, timeout: .seconds(10)) {
                     wake.signal()
-                    // Let the loop fetch before looking again.
-                    let seen = knownRemoteCursor.load(ordering: .relaxed)
-                    while knownRemoteCursor.load(ordering: .relaxed) == seen, !Task.isCancelled {
-                        try await Task.sleep(for: .milliseconds(2))
+                    let deadline = ContinuousClock.now + .seconds(1)
+                    while knownRemoteCursor.load(ordering: .relaxed) == seen, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(1))
                     }
                 }
                 backoff.reset()

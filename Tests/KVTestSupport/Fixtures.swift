@@ -32,6 +32,13 @@ public func withTemporaryDirectory<T>(_ body: (TemporaryDirectory) throws -> T) 
     return try body(directory)
 }
 
+/// Runs async `body` with a fresh temporary directory, removed afterwards whatever happens.
+public func withTemporaryDirectory<T>(_ body: (TemporaryDirectory) async throws -> T) async rethrows -> T {
+    let directory = TemporaryDirectory()
+    defer { directory.remove() }
+    return try await body(directory)
+}
+
 /// A store in a temporary directory.
 public func makeStore(in directory: TemporaryDirectory, limits: QuotaLimits? = nil) throws -> KeyValueStore {
     try KeyValueStore(path: (directory.path as NSString).appendingPathComponent("test.sqlite"), limits: limits)

@@ -1,0 +1,100 @@
+import Foundation
+import KVCloud
+import KVStore
+import KVSync
+import Synchronization
+
+/// A remote that can be taken offline, or made to answer "retry later", on demand: the
+/// outages sync must live through, around a real remote.
+public final class InterruptibleRemote: Remote {
+    private let base: any Remote
+    private struct State {
+        var online = true
+        var busyAnswers: [Duration] = []
+        var calls: [(String, ContinuousClock.Instant)] = []
+    }
+    private let state = Mutex(State())
+
+    public init(_ base: any Remote) {
+        self.base = base
+    }
+
+    public var description: String { base.description }
+
+    public func setOnline(_ online: Bool) {
+        state.withLock { $0.online = online }
+    }
+
+    /// The next push answers "retry later" with `after`.
+    public func answerBusy(retryAfter after: Duration) {
+        state.withLock { $0.busyAnswers.append(after) }
+    }
+
+    /// When each push was attempted.
+    public var pushAttempts: [ContinuousClock.Instant] {
+        state.withLock { $0.calls.filter { $0.0 == "push" }.map(\.1) }
+    }
+
+    private func check(_ call: String) throws {
+        let busy: Duration? = try state.withLock { state in
+            state.calls.append((call, .now))
+            guard state.online else { throw RemoteError.unreachable("offline (test)") }
+            if call == "push", !state.busyAnswers.isEmpty { return state.busyAnswers.removeFirst() }
+            return nil
+        }
+        if let busy { throw RemoteError.retryLater(after: busy, "busy (test)") }
+    }
+
+    public func identity() async throws -> String {
+        try check("identity")
+        return try await base.identity()
+    }
+
+    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
+        try check("push")
+        return try await base.push(changes)
+    }
+
+    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
+        try check("fetch")
+        return try await base.fetch(after: cursor)
+    }
+
+    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+        try check("wait")
+        return try await base.waitForChanges(after: cursor, timeout: timeout)
+    }
+}
+
+/// A remote over in-memory cloud storage.
+public func memoryRemote(_ storage: MemoryCloudStorage, store: String = "default") -> CloudRemote<ContinuousClock> {
+    CloudRemote(description: "memory", store: store, clock: ContinuousClock()) { storage }
+}
+
+/// Collects sync events.
+public final class EventRecorder: Sendable {
+    private let recorded = Mutex<[SyncEvent]>([])
+    public init() {}
+    public func record(_ event: SyncEvent) { recorded.withLock { $0.append(event) } }
+    public var events: [SyncEvent] { recorded.withLock { $0 } }
+}
+
+/// Waits until `condition` holds, for at most `seconds`; returns whether it held.
+public func eventually(within seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        usleep(10_000)
+    }
+    return try condition()
+}
+
+/// Waits, without holding a thread, until `condition` holds, for at most `seconds`.
+public func waitUntil(within seconds: Double = 10, _ condition: () throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return true }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return try condition()
+}

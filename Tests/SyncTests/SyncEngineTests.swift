@@ -1,0 +1,152 @@
+import Foundation
+import KVCloud
+import KVStore
+import KVSync
+import KVTestSupport
+import Testing
+
+/// The sync engine against an in-memory remote, applying straight to the store (the mount
+/// tests apply through a real mount).
+@Suite("The sync engine", .timeLimit(.minutes(1)))
+struct SyncEngineTests {
+    /// A store in its own directory with an engine on `remote`, started.
+    final class Device: Sendable {
+        let store: KeyValueStore
+        let engine: SyncEngine
+        let events = EventRecorder()
+
+        init(_ name: String, in dir: TemporaryDirectory, remote: any Remote) throws {
+            store = try KeyValueStore(path: dir.subdirectory(name) + "/store.sqlite")
+            let events = events
+            engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            engine.start()
+        }
+
+        deinit { engine.stop() }
+
+        func text(_ key: String) -> String? {
+            guard let entry = store.entry(forKey: key), case .string(let text)? = try? PropertyListCodec.decode(entry.xml) else { return nil }
+            return text
+        }
+    }
+
+    @Test("a change on one device reaches the other with reason server-change; a new device's first download is initial-sync")
+    func converge() async throws {
+        try await withTemporaryDirectory { dir in
+            let cloud = MemoryCloudStorage()
+            let one = try Device("one", in: dir, remote: memoryRemote(cloud))
+            let two = try Device("two", in: dir, remote: memoryRemote(cloud))
+            try await two.engine.synchronize()
+            try one.store.put(.string("hello"), forKey: "greeting")
+            #expect(await waitUntil { two.text("greeting") == "hello" })
+            #expect(two.events.events.map(\.reason) == [.serverChange])
+            #expect(two.events.events.first?.keys == ["greeting"])
+            #expect(await waitUntil { one.store.syncState(forKey: "greeting") == .synced })
+            #expect(one.events.events.isEmpty, "a device is not told of its own writes")
+
+            try two.store.removeValue(forKey: "greeting")
+            #expect(await waitUntil { one.store.entry(forKey: "greeting") == nil })
+
+            try one.store.put(.integer(1), forKey: "a")
+            try one.store.put(.integer(2), forKey: "b")
+            try await one.engine.synchronize()
+            let three = try Device("three", in: dir, remote: memoryRemote(cloud))
+            #expect(await waitUntil { three.store.entry(forKey: "b") != nil })
+            #expect(three.events.events.first?.reason == .initialSync)
+            #expect(three.events.events.first?.keys == ["a", "b"])
+        }
+    }
+
+    @Test("offline: writes stay pending and synchronize() fails; back online they reach the other device")
+    func offline() async throws {
+        try await withTemporaryDirectory { dir in
+            let cloud = MemoryCloudStorage()
+            let link = InterruptibleRemote(memoryRemote(cloud))
+            let one = try Device("one", in: dir, remote: link)
+            let two = try Device("two", in: dir, remote: memoryRemote(cloud))
+            try await one.engine.synchronize()
+            link.setOnline(false)
+            try one.store.put(.string("written offline"), forKey: "k")
+            try two.store.put(.string("from two"), forKey: "other")
+            await #expect(throws: RemoteError.self) { try await one.engine.synchronize() }
+            #expect(one.store.syncState(forKey: "k") == .pending)
+            #expect(one.engine.status.lastError?.contains("cannot be reached") == true)
+
+            link.setOnline(true)
+            try await two.engine.synchronize()
+            try await one.engine.synchronize()
+            #expect(one.store.syncState(forKey: "k") == .synced)
+            #expect(one.text("other") == "from two")
+            #expect(await waitUntil { two.text("k") == "written offline" })
+        }
+    }
+
+    @Test("a retry-after the remote gives is honoured before the next push")
+    func retryAfter() async throws {
+        try await withTemporaryDirectory { dir in
+            let cloud = MemoryCloudStorage()
+            let link = InterruptibleRemote(memoryRemote(cloud))
+            let one = try Device("one", in: dir, remote: link)
+            try await one.engine.synchronize()
+            link.answerBusy(retryAfter: .milliseconds(300))
+            try one.store.put(.string("v"), forKey: "k")
+            #expect(await waitUntil { one.store.syncState(forKey: "k") == .synced })
+            let attempts = link.pushAttempts
+            #expect(attempts.count >= 2)
+            if attempts.count >= 2 {
+                #expect(attempts[attempts.count - 2].duration(to: attempts[attempts.count - 1]) >= .milliseconds(300))
+            }
+        }
+    }
+
+    @Test("a write the remote refuses for its quota is rolled back to the remote's value, with reason quota-violation")
+    func quotaViolation() async throws {
+        try await withTemporaryDirectory { dir in
+            let cloud = MemoryCloudStorage()
+            try cloud.setLimits(QuotaLimits(totalBytes: 1000), of: "default")
+            let one = try Device("one", in: dir, remote: memoryRemote(cloud))
+            let link = InterruptibleRemote(memoryRemote(cloud))
+            let two = try Device("two", in: dir, remote: link)
+            try await two.engine.synchronize()
+            link.setOnline(false)
+            // Both devices add a value that fits alone but not together.
+            try one.store.put(.string(String(repeating: "a", count: 600)), forKey: "first")
+            try await one.engine.synchronize()
+            try two.store.put(.string(String(repeating: "b", count: 600)), forKey: "second")
+            try two.store.put(.string("old"), forKey: "small")
+            link.setOnline(true)
+            try await two.engine.synchronize()
+
+            #expect(two.store.entry(forKey: "second") == nil, "rolled back: the remote never had it")
+            #expect(two.store.syncState(forKey: "second") == .refused)
+            #expect(two.text("first") == String(repeating: "a", count: 600))
+            #expect(two.text("small") == "old", "what fits is kept")
+            let violation = try #require(two.events.events.first { $0.reason == .quotaViolation })
+            #expect(violation.keys == ["second"])
+            #expect(violation.message?.contains("bytes") == true)
+            #expect(one.store.entry(forKey: "second") == nil)
+        }
+    }
+
+    @Test("another account replaces the local values, with reason account-change")
+    func accountChange() async throws {
+        try await withTemporaryDirectory { dir in
+            let first = MemoryCloudStorage()
+            let second = MemoryCloudStorage()
+            _ = try second.push([change("theirs", "from the new account", time: 5, device: "x")], to: "default")
+            let device = try Device("one", in: dir, remote: memoryRemote(first))
+            try device.store.put(.string("mine"), forKey: "mine")
+            try await device.engine.synchronize()
+            device.engine.stop()
+            // The same store, now signed in to another account.
+            let store = device.store
+            let events = EventRecorder()
+            let engine = SyncEngine(store: store, remote: memoryRemote(second), applier: StoreApplier(store: store)) { events.record($0) }
+            try await engine.synchronize()
+            #expect(store.entry(forKey: "mine") == nil)
+            #expect(store.entry(forKey: "theirs") != nil)
+            #expect(events.events.map(\.reason) == [.accountChange])
+            #expect(events.events.first?.keys == ["mine", "theirs"])
+        }
+    }
+}
