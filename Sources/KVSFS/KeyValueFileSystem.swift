@@ -30,16 +30,20 @@ public struct MountConfiguration: Sendable {
 public struct SyncHooks: Sendable {
     /// Tells which requests come from the thread applying remote changes, and which change.
     public var externalChanges: ExternalChangeRegistry
-    /// `synchronize()`, for fsync of the mount's root: blocks until done; throws
-    /// `FileSystemError.remoteUnreachable` or `.remoteBusy`.
+    /// `synchronize()`: blocks until done; throws `FileSystemError.remoteUnreachable` or
+    /// `.remoteBusy`. Never called from a request during which the kernel holds the root
+    /// directory's lock: remote changes are applied through that directory.
     public var synchronize: @Sendable () throws -> Void
+    /// Asks for a sync round now, without waiting for it (fsync of the root).
+    public var requestSync: @Sendable () -> Void
     /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
     public var rootAttributes: @Sendable () -> [String: String]
 
     public init(externalChanges: ExternalChangeRegistry, synchronize: @escaping @Sendable () throws -> Void,
-                rootAttributes: @escaping @Sendable () -> [String: String]) {
+                requestSync: @escaping @Sendable () -> Void, rootAttributes: @escaping @Sendable () -> [String: String]) {
         self.externalChanges = externalChanges
         self.synchronize = synchronize
+        self.requestSync = requestSync
         self.rootAttributes = rootAttributes
     }
 }
@@ -54,6 +58,9 @@ public final class KeyValueFileSystem: FuseFileSystem {
     public static let typeAttribute = "user.kvsfs.type"
     /// The extended attribute that tells where a key's latest change stands with the remote.
     public static let syncAttribute = "user.kvsfs.sync"
+    /// Reading this attribute of the root runs `synchronize()` and gives `done` (`kvsfs sync`).
+    /// It is not listed, so that `getfattr -d` does not sync.
+    public static let synchronizeAttribute = "user.kvsfs.synchronize"
 
     public let store: KeyValueStore
     public let configuration: MountConfiguration
@@ -368,11 +375,12 @@ public final class KeyValueFileSystem: FuseFileSystem {
         state.withLock { ns in ns.listings[handle] = nil }
     }
 
-    /// fsync of the mount's root is `synchronize()` when the mount syncs; either way every
-    /// committed change is made durable on disk first.
+    /// fsync of the mount's root makes every committed change durable on disk and starts a
+    /// sync round at once. It does not wait for the round: the kernel holds the directory's
+    /// lock until fsync returns, and remote changes are applied through that directory.
     public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
         try store.makeDurable()
-        try sync?.synchronize()
+        sync?.requestSync()
     }
 
     /// `df`: blocks of one byte, the store's byte quota and its use; files are keys.
@@ -392,7 +400,12 @@ public final class KeyValueFileSystem: FuseFileSystem {
 
     public func getxattr(inode: InodeNumber, name: String) throws -> [UInt8] {
         if inode == .root {
-            guard let value = sync?.rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
+            guard let sync else { throw FileSystemError.noSuchAttribute }
+            if name == Self.synchronizeAttribute {
+                try sync.synchronize()
+                return Array("done".utf8)
+            }
+            guard let value = sync.rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
             return Array(value.utf8)
         }
         return try state.withLock { ns in

@@ -96,13 +96,16 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
 }
 
 extension CloudRemote where C == ContinuousClock {
-    /// The embedded remote: a shared SQLite database at `path`.
-    public static func file(path: String, store: String) -> CloudRemote<ContinuousClock> {
+    /// The embedded remote: a shared SQLite database at `path`. `limits`, when given, become
+    /// the store's limits on the remote each time it is opened.
+    public static func file(path: String, store: String, limits: QuotaLimits? = nil) -> CloudRemote<ContinuousClock> {
         CloudRemote(description: "file://\(path)", store: store, clock: ContinuousClock()) { () throws(CloudError) in
             guard FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent) else {
                 throw .unavailable("the directory of \(path) does not exist")
             }
-            return try SQLiteCloudStorage(path: path)
+            let storage = try SQLiteCloudStorage(path: path)
+            if let limits { try storage.setLimits(limits, of: store) }
+            return storage
         }
     }
 }

@@ -66,6 +66,11 @@ public final class SyncEngine: Sendable {
         wake.signal()
     }
 
+    /// Starts a round now without waiting for it.
+    public func requestSync() {
+        wake.signal()
+    }
+
     /// `synchronize()`: pushes what is pending and fetches what is new, now. Throws the
     /// remote's error when it cannot be reached.
     public func synchronize() async throws {

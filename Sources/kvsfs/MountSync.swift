@@ -24,15 +24,8 @@ final class MountSync: Sendable {
 
     init(store: KeyValueStore, storeID: String, cloudPath: String, mountpoint: String, eventLogPath: String, limits: QuotaLimits?) throws {
         self.store = store
-        let remote = CloudRemote.file(path: cloudPath, store: storeID)
-        if let limits {
-            // The file remote belongs to the same user: --quota-* set its limits too.
-            do {
-                try SQLiteCloudStorage(path: cloudPath).setLimits(limits, of: storeID)
-            } catch {
-                throw CommandFailure("cannot set the quotas of the remote \(remote.description): \(error)")
-            }
-        }
+        // The file remote belongs to the same user: --quota-* set its limits too.
+        let remote = CloudRemote.file(path: cloudPath, store: storeID, limits: limits)
         let events: EventLog
         do {
             events = try EventLog(path: eventLogPath)
@@ -46,6 +39,7 @@ final class MountSync: Sendable {
         hooks = SyncHooks(
             externalChanges: registry,
             synchronize: { try MountSync.synchronize(engine) },
+            requestSync: { engine.requestSync() },
             rootAttributes: {
                 [
                     "user.kvsfs.events": events.path,

@@ -12,7 +12,7 @@ func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
 struct Sync: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Push what is pending and fetch what is new, now (synchronize()).",
-        discussion: "The same as fsync on the mount's root directory. Fails when the remote cannot be reached.")
+        discussion: "Returns once the remote's changes show in the mount. Fails when the remote cannot be reached.")
 
     @Argument(help: "A kvsfs mount.")
     var mountpoint: String
@@ -21,10 +21,9 @@ struct Sync: ParsableCommand {
         guard mountAttribute(mountpoint, "user.kvsfs.remote") != nil else {
             throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs")
         }
-        let descriptor = open(mountpoint, O_RDONLY | O_DIRECTORY)
-        guard descriptor >= 0 else { throw CommandFailure("\(mountpoint): \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
-        if fsync(descriptor) != 0 {
+        // Reading this attribute runs synchronize() in the daemon and returns when it is done.
+        var answer = [UInt8](repeating: 0, count: 64)
+        if SystemFunctions.getxattr(mountpoint, "user.kvsfs.synchronize", &answer, answer.count) < 0 {
             let code = errno
             let detail = mountAttribute(mountpoint, "user.kvsfs.sync") ?? String(cString: strerror(code))
             throw CommandFailure("sync failed (\(String(cString: strerror(code)))): \(detail)")

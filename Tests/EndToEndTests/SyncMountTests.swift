@@ -1,0 +1,132 @@
+import Foundation
+import KVTestSupport
+import Testing
+
+/// Two daemons of one store, each with its own data directory, syncing through a file remote:
+/// what a program watching the second mount sees of changes made on the first.
+@Suite("Mounts syncing through a file remote", .serialized)
+struct SyncMountTests {
+    /// Mounts A and B of store `default`. A's remote is `cloud/cloud.sqlite`; B reaches the same
+    /// file through `link/`, which does not exist until `connect(B)`: until then B is offline.
+    private func withTwoMounts(offline: Bool = false, extraArguments: [String] = [],
+                               _ body: (DaemonMount, DaemonMount, TemporaryDirectory) throws -> Void) throws {
+        let dir = TemporaryDirectory("kvsfs-sync")
+        defer { dir.remove() }
+        let cloud = dir.subdirectory("cloud")
+        if !offline { try FileManager.default.createSymbolicLink(atPath: dir.path + "/link", withDestinationPath: cloud) }
+        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"),
+                                extraArguments: ["--remote", "file://\(cloud)/cloud.sqlite"] + extraArguments)
+        defer { a.stop() }
+        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"),
+                                extraArguments: ["--remote", "file://\(dir.path)/link/cloud.sqlite"] + extraArguments)
+        defer { b.stop() }
+        try body(a, b, dir)
+    }
+
+    /// Shell lines that wait (up to 10 s) until `condition` holds.
+    private func waitFor(_ condition: String) -> String {
+        "for i in $(seq 500); do \(condition) && break; sleep 0.02; done"
+    }
+
+    @Test("inotifywait on B sees creates, overwrites, editor saves and deletes made on A; the event stream gives their reason")
+    func eventsForExternalChanges() throws {
+        try withTwoMounts { (a, b, dir) throws in
+            let result = try shell("""
+                python3 -c 'import os; os.fsync(os.open("\(a.mountpoint)", os.O_RDONLY))' || exit 8
+                \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
+                timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete,moved_to \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
+                watcher=$!
+                timeout 30 \(kvsfsBinary) events \(b.mountpoint) > \(dir.path)/stream &
+                stream=$!
+                sleep 0.5
+                cd \(a.mountpoint)
+                echo hello > k
+                \(waitFor("grep -q hello \(b.path("k")) 2>/dev/null"))
+                printf world > k
+                \(waitFor("grep -q world \(b.path("k"))"))
+                sed -i 's/world/sedded/' k
+                \(waitFor("grep -q sedded \(b.path("k"))"))
+                HOME=\(dir.path) vim -es -N -u NONE -i NONE -c '%s/sedded/vimmed/' -c 'wq' k
+                \(waitFor("grep -q vimmed \(b.path("k"))"))
+                rm k
+                \(waitFor("! test -e \(b.path("k"))"))
+                sleep 0.3
+                kill $watcher $stream
+                wait
+                echo "ls-a=$(ls -A \(a.mountpoint) | tr '\\n' ' ')"
+                echo "ls-b=$(ls -A \(b.mountpoint) | tr '\\n' ' ')"
+                cat \(dir.path)/inotify
+                cat \(dir.path)/stream
+                """, timeout: 90)
+            #expect(result.status == 0, "\(result)")
+            let lines = result.standardOutput.split(separator: "\n").map(String.init)
+            let inotify = lines.filter { $0.hasSuffix(" k") }
+            #expect(inotify.first == "CREATE k", "\(result)")
+            #expect(inotify.filter { $0 == "CLOSE_WRITE,CLOSE k" }.count == 4, "create, printf, sed -i and vim: one write each")
+            #expect(inotify.filter { $0 == "CREATE k" }.count == 1, "an editor's save is not a delete and a create elsewhere")
+            #expect(inotify.last == "DELETE k")
+            #expect(inotify.filter { $0 == "DELETE k" }.count == 1)
+            #expect(!lines.contains { $0.contains("sed") && !$0.hasPrefix("{") && !$0.hasPrefix("ls") }, "no sed temporary file reaches B")
+            #expect(lines.contains("ls-b="), "\(result)")
+            let stream = lines.filter { $0.hasPrefix("{") }
+            #expect(stream.count == 5, "\(result)")
+            #expect(stream.allSatisfy { $0.contains(#""reason":"server-change""#) && $0.contains(#""keys":["k"]"#) })
+        }
+    }
+
+    @Test("an offline mount keeps its writes pending, kvsfs sync fails clearly, and both catch up once the remote is reachable")
+    func offlineCatchUp() throws {
+        try withTwoMounts(offline: true) { (a, b, dir) throws in
+            let result = try shell("""
+                echo from-a > \(a.path("fromA"))
+                \(kvsfsBinary) sync \(a.mountpoint)
+                echo from-b > \(b.path("fromB"))
+                echo "pending=$(getfattr --only-values -n user.kvsfs.sync \(b.path("fromB")))"
+                \(kvsfsBinary) sync \(b.mountpoint); echo "offline-sync=$?"
+                ln -s \(dir.path)/cloud \(dir.path)/link
+                \(kvsfsBinary) sync \(b.mountpoint); echo "online-sync=$?"
+                echo "synced=$(getfattr --only-values -n user.kvsfs.sync \(b.path("fromB")))"
+                \(kvsfsBinary) get \(b.path("fromA"))
+                \(waitFor("test -e \(a.path("fromB"))"))
+                \(kvsfsBinary) get \(a.path("fromB"))
+                timeout 1 \(kvsfsBinary) events --all \(b.mountpoint)
+                """, timeout: 60)
+            #expect(result.standardOutput.contains("pending=pending"), "\(result)")
+            #expect(result.standardOutput.contains("offline-sync=1"))
+            #expect(result.standardError.contains("sync failed (No route to host)"), "\(result)")
+            #expect(result.standardError.contains("cannot be reached"))
+            #expect(result.standardOutput.contains("online-sync=0"))
+            #expect(result.standardOutput.contains("synced=synced"))
+            #expect(result.standardOutput.contains("from-a\n"))
+            #expect(result.standardOutput.contains("from-b\n"))
+            #expect(result.standardOutput.contains(#""keys":["fromA"],"reason":"initial-sync""#))
+        }
+    }
+
+    @Test("a write the remote refuses for the store's quota is rolled back on its mount, with reason quota-violation")
+    func quotaViolation() throws {
+        try withTwoMounts(offline: true, extraArguments: ["--quota-total", "1000"]) { (a, b, dir) throws in
+            let result = try shell("""
+                printf '%0600d' 1 > \(a.path("first"))
+                \(kvsfsBinary) sync \(a.mountpoint)
+                printf '%0600d' 2 > \(b.path("second")); echo "local-write=$?"
+                timeout 20 inotifywait -m -q --format '%e %f' -e delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
+                watcher=$!
+                sleep 0.3
+                ln -s \(dir.path)/cloud \(dir.path)/link
+                \(kvsfsBinary) sync \(b.mountpoint); echo "sync=$?"
+                sleep 0.2
+                kill $watcher; wait
+                echo "ls-b=$(ls \(b.mountpoint) | tr '\\n' ' ')"
+                cat \(dir.path)/inotify
+                timeout 1 \(kvsfsBinary) events --all \(b.mountpoint)
+                """, timeout: 60)
+            #expect(result.standardOutput.contains("local-write=0"), "\(result)")
+            #expect(result.standardOutput.contains("sync=0"))
+            #expect(result.standardOutput.contains("ls-b=first \n"), "the refused key is gone, the remote's value is there: \(result)")
+            #expect(result.standardOutput.contains("DELETE second\n"), "the rollback passes through the mount")
+            #expect(result.standardOutput.contains(#""keys":["second"],"message":"#))
+            #expect(result.standardOutput.contains(#""reason":"quota-violation""#))
+        }
+    }
+}
