@@ -32,7 +32,7 @@ struct SyncMountTests {
     func eventsForExternalChanges() throws {
         try withTwoMounts { (a, b, dir) throws in
             let result = try shell("""
-                python3 -c 'import os; os.fsync(os.open("\(a.mountpoint)", os.O_RDONLY))' || exit 8
+                sync \(a.mountpoint) || exit 8
                 \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
                 timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete,moved_to \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
                 watcher=$!
