@@ -181,4 +181,21 @@ struct DocumentationTests {
         #expect(result.standardError.isEmpty, "\(result.standardError)")
         #expect(result.standardOutput.contains("user.kvsfs.type"))
     }
+
+    @Test("every command and option the binary knows is in the manual")
+    func manualCoversCommandLine() throws {
+        let manual = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../../man/kvsfs.1").standardizedFileURL.path
+        let rendered = try shell("LC_ALL=C.UTF-8 MANWIDTH=200 man -l \(manual)").standardOutput
+        for command in ["mount", "get", "set", "delete", "sync", "events"] {
+            #expect(rendered.contains("kvsfs \(command)"), "kvsfs \(command)")
+            let help = try run(kvsfsBinary, [command, "--help"]).standardOutput
+            let options = Set(help.split(whereSeparator: { " ,\n[]<>|=".contains($0) }).filter {
+                $0.hasPrefix("--") && $0.count > 2 && $0 != "--help" && $0 != "--version"
+            })
+            for option in options {
+                #expect(rendered.contains(option), "kvsfs \(command) \(option)")
+            }
+        }
+    }
 }
