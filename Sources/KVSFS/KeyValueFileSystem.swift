@@ -34,16 +34,17 @@ public struct SyncHooks: Sendable {
     /// `.remoteBusy`. Never called from a request during which the kernel holds the root
     /// directory's lock: remote changes are applied through that directory.
     public var synchronize: @Sendable () throws -> Void
-    /// Asks for a sync round now, without waiting for it (fsync of the root).
-    public var requestSync: @Sendable () -> Void
+    /// For fsync of the root: pushes what is pending, blocking until the remote has it (or
+    /// throwing like `synchronize`), and starts a round that fetches and applies, not waited for.
+    public var pushNow: @Sendable () throws -> Void
     /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
     public var rootAttributes: @Sendable () -> [String: String]
 
     public init(externalChanges: ExternalChangeRegistry, synchronize: @escaping @Sendable () throws -> Void,
-                requestSync: @escaping @Sendable () -> Void, rootAttributes: @escaping @Sendable () -> [String: String]) {
+                pushNow: @escaping @Sendable () throws -> Void, rootAttributes: @escaping @Sendable () -> [String: String]) {
         self.externalChanges = externalChanges
         self.synchronize = synchronize
-        self.requestSync = requestSync
+        self.pushNow = pushNow
         self.rootAttributes = rootAttributes
     }
 }
@@ -375,12 +376,13 @@ public final class KeyValueFileSystem: FuseFileSystem {
         state.withLock { ns in ns.listings[handle] = nil }
     }
 
-    /// fsync of the mount's root makes every committed change durable on disk and starts a
-    /// sync round at once. It does not wait for the round: the kernel holds the directory's
-    /// lock until fsync returns, and remote changes are applied through that directory.
+    /// fsync of the mount's root makes every committed change durable on disk, pushes what is
+    /// pending (failing like `kvsfs sync` when the remote cannot be reached) and starts a round
+    /// that fetches and applies remote changes. It does not wait for those applies: the kernel
+    /// holds the directory's lock until fsync returns, and they go through that directory.
     public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
         try store.makeDurable()
-        sync?.requestSync()
+        try sync?.pushNow()
     }
 
     /// `df`: blocks of one byte, the store's byte quota and its use; files are keys.

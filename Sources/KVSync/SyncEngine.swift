@@ -28,10 +28,14 @@ public final class SyncEngine: Sendable {
     private let tasks = Mutex<[Task<Void, Never>]>([])
     private let state = Mutex(Status(lastError: nil, lastSync: nil, initialSyncDone: false))
     private let knownRemoteCursor: Atomic<Int64>
+    private let clock: any Clock<Duration>
 
-    /// `debounce` is how long a local change waits for others to join it before the push.
+    /// `debounce` is how long a local change waits for others to join it before the push;
+    /// `clock` times the waits (debounce, backoff, retry-after, the periodic round).
     public init(store: KeyValueStore, remote: any Remote, applier: any ExternalChangeApplying,
-                debounce: Duration = .milliseconds(2), onEvent: @escaping @Sendable (SyncEvent) -> Void = { _ in }) {
+                debounce: Duration = .milliseconds(2), clock: any Clock<Duration> = ContinuousClock(),
+                onEvent: @escaping @Sendable (SyncEvent) -> Void = { _ in }) {
+        self.clock = clock
         self.store = store
         self.remote = remote
         self.applier = applier
@@ -52,9 +56,9 @@ public final class SyncEngine: Sendable {
         store.observeLocalChanges { [wake] in wake.signal() }
         let loop = Task.detached { [self] in await runLoop() }
         let watcher = Task.detached { [self] in await watchRemote() }
-        let ticker = Task.detached { [wake] in
+        let ticker = Task.detached { [wake, clock] in
             while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(30))
+                try? await clock.sleep(for: .seconds(30))
                 wake.signal()
             }
         }
@@ -69,6 +73,25 @@ public final class SyncEngine: Sendable {
     /// Starts a round now without waiting for it.
     public func requestSync() {
         wake.signal()
+    }
+
+    /// Pushes what is pending now and starts a round that fetches and applies, without
+    /// waiting for that round or applying anything itself: for callers that hold something an
+    /// apply needs (fsync of the mount's root holds the directory's lock). Refusals are left to
+    /// the round, which pushes again and rolls back.
+    public func pushNow() async throws {
+        defer { wake.signal() }
+        let pending = store.pendingChanges()
+        do {
+            if pending.isEmpty {
+                _ = try await remote.identity()  // reachable?
+            } else {
+                try store.markPushed(try await remote.push(pending).accepted)
+            }
+        } catch {
+            state.withLock { $0.lastError = String(describing: error) }
+            throw error
+        }
     }
 
     /// `synchronize()`: pushes what is pending and fetches what is new, now. Throws the
@@ -88,11 +111,11 @@ public final class SyncEngine: Sendable {
                 backoff.reset()
             } catch {
                 let delay = (error as? RemoteError)?.retryAfter ?? backoff.next(using: &generator)
-                try? await Task.sleep(for: delay)
+                try? await clock.sleep(for: delay)
                 continue
             }
             await wake.wait()
-            try? await Task.sleep(for: debounce)
+            try? await clock.sleep(for: debounce)
         }
     }
 
@@ -113,7 +136,7 @@ public final class SyncEngine: Sendable {
                 }
                 backoff.reset()
             } catch {
-                try? await Task.sleep(for: backoff.next(using: &generator))
+                try? await clock.sleep(for: backoff.next(using: &generator))
             }
         }
     }

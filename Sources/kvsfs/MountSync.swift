@@ -38,8 +38,8 @@ final class MountSync: Sendable {
         self.engine = engine
         hooks = SyncHooks(
             externalChanges: registry,
-            synchronize: { try MountSync.synchronize(engine) },
-            requestSync: { engine.requestSync() },
+            synchronize: { try MountSync.wait { try await engine.synchronize() } },
+            pushNow: { try MountSync.wait { try await engine.pushNow() } },
             rootAttributes: {
                 [
                     "user.kvsfs.events": events.path,
@@ -52,13 +52,13 @@ final class MountSync: Sendable {
     func start() { engine.start() }
     func stop() { engine.stop() }
 
-    /// Runs `synchronize()` from a FUSE request thread, waiting for it.
-    private static func synchronize(_ engine: SyncEngine) throws {
+    /// Runs `work` from a FUSE request thread, waiting for it; errors become the file system's.
+    private static func wait(for work: @escaping @Sendable () async throws -> Void) throws {
         let outcome = Mutex<(any Error)?>(nil)
         let done = DispatchSemaphore(value: 0)
         Task.detached {
             do {
-                try await engine.synchronize()
+                try await work()
             } catch {
                 outcome.withLock { $0 = error }
             }
