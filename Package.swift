@@ -11,6 +11,9 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     ],
     targets: [
         .systemLibrary(
@@ -22,11 +25,20 @@ let package = Package(
         .target(name: "KVStore", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore"]),
         .target(name: "KVCloud", dependencies: ["KVStore", .product(name: "GRDB", package: "GRDB.swift")]),
-        .target(name: "KVSync", dependencies: ["KVStore", "KVCloud"]),
+        .target(name: "KVSync", dependencies: [
+            "KVStore", "KVCloud",
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        ]),
+        .target(name: "KVServer", dependencies: [
+            "KVStore", "KVCloud",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "GRDB", package: "GRDB.swift"),
+        ]),
         .executableTarget(
             name: "kvsfs",
             dependencies: [
-                "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync",
+                "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync", "KVServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

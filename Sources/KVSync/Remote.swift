@@ -21,6 +21,9 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
     case unreachable(String)
     /// Busy or rate-limited: retry after the time given, if any.
     case retryLater(after: Duration?, String)
+    /// The remote refused the request itself (a wrong or revoked token, a read-only one, an
+    /// unknown store): retrying does not help until something changes, so retries back off.
+    case refused(String)
 
     public var retryAfter: Duration? {
         if case .retryLater(let after, _) = self { return after }
@@ -32,6 +35,7 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
         case .unreachable(let reason): "the remote cannot be reached: \(reason)"
         case .retryLater(let after, let reason):
             "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
+        case .refused(let reason): "the remote refused: \(reason)"
         }
     }
 }

@@ -33,8 +33,11 @@ struct Mount: ParsableCommand {
     @Flag(name: .customLong("allow-other"), help: "Let other users use the mount.")
     var allowOther = false
 
-    @Option(help: "The remote to sync with: file:///path/cloud.sqlite, or none (default: cloud.sqlite in the data directory).")
+    @Option(help: "The remote to sync with: file:///path/cloud.sqlite, https://host:port[/account] (http:// on loopback), or none (default: cloud.sqlite in the data directory).")
     var remote: String?
+
+    @Option(name: .customLong("token-file"), help: "A file holding the sync server's token (else $KVSFS_TOKEN).")
+    var tokenFile: String?
 
     func validate() throws {
         guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
@@ -42,8 +45,8 @@ struct Mount: ParsableCommand {
             if let value, value < 1 { throw ValidationError("\(name) must be a positive number") }
         }
         if let keyNameBytes, keyNameBytes > 80 { throw ValidationError("--quota-key-length can be at most 80, so that every key has a file name") }
-        if let remote, remote != "none", RemoteLocation.filePath(remote) == nil {
-            throw ValidationError("--remote must be file:///absolute/path or none")
+        if let remote, remote != "none", RemoteLocation.filePath(remote) == nil, !RemoteLocation.isServer(remote) {
+            throw ValidationError("--remote must be file:///absolute/path, https://host:port, http://127.0.0.1:port or none")
         }
     }
 
@@ -71,11 +74,9 @@ struct Mount: ParsableCommand {
         let newLimits = requestedLimits(over: keyValueStore.limits)
         if let newLimits { try keyValueStore.setLimits(newLimits) }
 
-        let cloudPath = remote.map { RemoteLocation.filePath($0) } ?? dataDirectory.appendingPathComponent("cloud.sqlite").path
-        let sync = try cloudPath.map { cloud in
-            try MountSync(store: keyValueStore, storeID: store.storeID, cloudPath: cloud, mountpoint: path,
-                          eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path,
-                          limits: newLimits)
+        let sync = try makeRemote(dataDirectory: dataDirectory, limits: newLimits).map { remote in
+            try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
+                          eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path)
         }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
@@ -99,6 +100,30 @@ struct Mount: ParsableCommand {
         try keyValueStore.makeDurable()
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
+    }
+
+    /// The remote `--remote` names; nil for none.
+    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?) throws -> (any Remote)? {
+        let url = remote ?? "file://" + dataDirectory.appendingPathComponent("cloud.sqlite").path
+        if url == "none" { return nil }
+        if let path = RemoteLocation.filePath(url) {
+            // The file remote belongs to the same user: --quota-* set its limits too.
+            return CloudRemote.file(path: path, store: store.storeID, limits: limits)
+        }
+        return HTTPRemote(url: url, store: store.storeID, token: try token())
+    }
+
+    /// The server token, from --token-file or $KVSFS_TOKEN (never from the command line,
+    /// where other users could read it).
+    private func token() throws -> String {
+        if let tokenFile {
+            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
+                throw CommandFailure("cannot read the token file \(tokenFile)")
+            }
+            return text.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        if let token = ProcessInfo.processInfo.environment["KVSFS_TOKEN"], !token.isEmpty { return token }
+        throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN")
     }
 
     private func requestedLimits(over current: QuotaLimits) -> QuotaLimits? {

@@ -13,6 +13,15 @@ enum RemoteLocation {
         guard url.hasPrefix("file:///") else { return nil }
         return String(url.dropFirst("file://".count))
     }
+
+    /// Whether `url` names a sync server: https://HOST:PORT[/ACCOUNT], or http:// on loopback.
+    static func isServer(_ url: String) -> Bool {
+        if url.hasPrefix("https://") { return true }
+        guard url.hasPrefix("http://") else { return false }
+        let host = url.dropFirst("http://".count).split(separator: "/").first.map { String($0) } ?? ""
+        let name = host.hasPrefix("[") ? String(host.prefix { $0 != "]" }.dropFirst()) : String(host.split(separator: ":").first ?? "")
+        return ["127.0.0.1", "localhost", "::1"].contains(name)
+    }
 }
 
 /// Sync for one mount: the engine, the thread that applies remote changes through the mount,
@@ -22,10 +31,8 @@ final class MountSync: Sendable {
     let hooks: SyncHooks
     private let store: KeyValueStore
 
-    init(store: KeyValueStore, storeID: String, cloudPath: String, mountpoint: String, eventLogPath: String, limits: QuotaLimits?) throws {
+    init(store: KeyValueStore, remote: any Remote, mountpoint: String, eventLogPath: String) throws {
         self.store = store
-        // The file remote belongs to the same user: --quota-* set its limits too.
-        let remote = CloudRemote.file(path: cloudPath, store: storeID, limits: limits)
         let events: EventLog
         do {
             events = try EventLog(path: eventLogPath)

@@ -1,0 +1,178 @@
+import Crypto
+import Foundation
+import GRDB
+
+/// What a token may do.
+public struct TokenScope: Sendable, Equatable {
+    public var account: String
+    /// The one store the token reaches; nil for every store of its account.
+    public var store: String?
+    public var readOnly: Bool
+
+    /// Whether the token may read `store` of `account`.
+    public func canRead(account: String, store: String) -> Bool {
+        account == self.account && (self.store == nil || self.store == store)
+    }
+
+    public func canWrite(account: String, store: String) -> Bool {
+        canRead(account: account, store: store) && !readOnly
+    }
+}
+
+/// A token as listed (never its secret).
+public struct TokenInfo: Sendable, Equatable {
+    public var id: String
+    public var scope: TokenScope
+    public var createdAt: Date
+    public var revoked: Bool
+}
+
+public enum AccountError: Error, Equatable, Sendable, CustomStringConvertible {
+    case invalidName(String)
+    case accountExists(String)
+    case noSuchAccount(String)
+    case noSuchToken(String)
+    case database(String)
+
+    public var description: String {
+        switch self {
+        case .invalidName(let name): "invalid account name '\(name)': use 1 to 32 lowercase letters, digits, '_' and '-'"
+        case .accountExists(let name): "account \(name) exists already"
+        case .noSuchAccount(let name): "no account \(name)"
+        case .noSuchToken(let id): "no token \(id)"
+        case .database(let message): "database error: \(message)"
+        }
+    }
+}
+
+/// Accounts and their tokens, kept in the server's database. A token is shown once, when it
+/// is made; only the SHA-256 of its secret is stored. Every check reads the database, so a
+/// revoked token stops working at once, on every server instance.
+///
+/// A token reads `kvs_<id>_<secret>`: the id names its row, the secret proves it.
+public final class AccountDirectory: Sendable {
+    private let database: DatabasePool
+
+    public init(path: String) throws(AccountError) {
+        do {
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(10)
+            database = try DatabasePool(path: path, configuration: configuration)
+            var migrator = DatabaseMigrator()
+            migrator.registerMigration("server v1 accounts and tokens") { db in
+                try db.create(table: "account") { t in
+                    t.primaryKey("name", .text)
+                    t.column("createdAt", .datetime).notNull()
+                }
+                try db.create(table: "token") { t in
+                    t.primaryKey("id", .text)
+                    t.column("account", .text).notNull().references("account", onDelete: .cascade)
+                    t.column("secretHash", .text).notNull().unique()
+                    t.column("store", .text)
+                    t.column("readOnly", .boolean).notNull()
+                    t.column("createdAt", .datetime).notNull()
+                    t.column("revokedAt", .datetime)
+                }
+            }
+            try migrator.migrate(database)
+        } catch {
+            throw .database(String(describing: error))
+        }
+    }
+
+    /// Makes an account and its first token (full access to the account's stores).
+    public func createAccount(_ name: String) throws(AccountError) -> String {
+        guard Self.isValidName(name) else { throw .invalidName(name) }
+        let exists = try run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false } }
+        if exists { throw .accountExists(name) }
+        try run { try self.database.write { db in try db.execute(sql: "INSERT INTO account (name, createdAt) VALUES (?, ?)", arguments: [name, Date()]) } }
+        return try createToken(account: name, store: nil, readOnly: false)
+    }
+
+    /// Makes a token for `account`, limited to `store` and to reading if asked.
+    public func createToken(account: String, store: String?, readOnly: Bool) throws(AccountError) -> String {
+        let exists = try run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [account]) ?? false } }
+        guard exists else { throw .noSuchAccount(account) }
+        let id = Self.randomText(bytes: 6)
+        let secret = Self.randomText(bytes: 32)
+        try run {
+            try self.database.write { db in
+                try db.execute(sql: """
+                    INSERT INTO token (id, account, secretHash, store, readOnly, createdAt) VALUES (?, ?, ?, ?, ?, ?)
+                    """, arguments: [id, account, Self.hash(secret), store, readOnly, Date()])
+            }
+        }
+        return "kvs_\(id)_\(secret)"
+    }
+
+    /// Revokes a token by its id (the part after `kvs_`) or by the whole token.
+    public func revokeToken(_ idOrToken: String) throws(AccountError) {
+        let id = Self.parse(idOrToken)?.id ?? idOrToken
+        let changed = try run {
+            try self.database.write { db -> Int in
+                try db.execute(sql: "UPDATE token SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", arguments: [Date(), id])
+                return db.changesCount
+            }
+        }
+        if changed == 0 { throw .noSuchToken(id) }
+    }
+
+    public func tokens(of account: String) throws(AccountError) -> [TokenInfo] {
+        try run {
+            try self.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT * FROM token WHERE account = ? ORDER BY createdAt", arguments: [account]).map { row in
+                    TokenInfo(id: row["id"], scope: TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"]),
+                              createdAt: row["createdAt"], revoked: (row["revokedAt"] as Date?) != nil)
+                }
+            }
+        }
+    }
+
+    /// The scope of a presented token; nil for an unknown, wrong or revoked one.
+    public func scope(of token: String) -> TokenScope? {
+        guard let (id, secret) = Self.parse(token) else { return nil }
+        let row = try? database.read { db in
+            try Row.fetchOne(db, sql: "SELECT account, secretHash, store, readOnly FROM token WHERE id = ? AND revokedAt IS NULL", arguments: [id])
+        }
+        guard let row, Self.constantTimeEqual(row["secretHash"], Self.hash(secret)) else { return nil }
+        return TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"])
+    }
+
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.count <= 32 && name.allSatisfy { $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_" || $0 == "-") }
+    }
+
+    private static func parse(_ token: String) -> (id: String, secret: String)? {
+        let parts = token.split(separator: "_", maxSplits: 2)
+        guard parts.count == 3, parts[0] == "kvs", !parts[1].isEmpty, !parts[2].isEmpty else { return nil }
+        return (String(parts[1]), String(parts[2]))
+    }
+
+    private static func hash(_ secret: String) -> String {
+        SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+
+    /// Random bytes as URL-safe base64 without padding.
+    private static func randomText(bytes count: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "-").replacingOccurrences(of: "=", with: "")
+    }
+
+    private func run<T>(_ body: () throws -> T) throws(AccountError) -> T {
+        do {
+            return try body()
+        } catch let error as AccountError {
+            throw error
+        } catch {
+            throw .database(String(describing: error))
+        }
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import Hummingbird
+import KVCloud
+import KVStore
+import Logging
+
+/// The sync server's HTTP interface over cloud storage and accounts. Every route but
+/// `/health` needs `Authorization: Bearer TOKEN`; a store is addressed as ACCOUNT/STORE and
+/// kept in the storage as `ACCOUNT.STORE`. Bodies are JSON; errors are 4xx/5xx with
+/// `{"error":{"message":...}}`.
+///
+///     GET  /health                                   200 ok
+///     GET  /v1/whoami                                {"account","store","readOnly"} of the token
+///     GET  /v1/ACCOUNT/STORE/identity                {"identity"}: the account's remote id
+///     POST /v1/ACCOUNT/STORE/changes                 {"changes":[...]} -> {"accepted","refused"}
+///     GET  /v1/ACCOUNT/STORE/changes?after=N&limit=L -> {"changes","cursor","complete"}
+///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else when a
+///                                                    change lands or after S seconds (at most 60)
+public struct SyncServer: Sendable {
+    public let storage: any CloudStorage
+    public let accounts: AccountDirectory
+    public let notifier = ChangeNotifier()
+    /// Largest request body accepted.
+    public var maximumBody = 4 << 20
+
+    public init(storage: any CloudStorage, accounts: AccountDirectory) {
+        self.storage = storage
+        self.accounts = accounts
+    }
+
+    public func makeRouter() -> Router<BasicRequestContext> {
+        let router = Router()
+        router.get("/health") { _, _ in "ok\n" }
+        router.get("/v1/whoami") { request, _ -> Response in
+            let scope = try authorize(request)
+            return try json(WhoAmI(account: scope.account, store: scope.store, readOnly: scope.readOnly))
+        }
+        router.get("/v1/{account}/{store}/identity") { request, context -> Response in
+            let (_, _) = try address(request, context, write: false)
+            let account = try context.parameters.require("account")
+            return try json(["identity": try run { try storage.identity() } + "/" + account])
+        }
+        router.post("/v1/{account}/{store}/changes") { request, context -> Response in
+            let (stored, _) = try address(request, context, write: true)
+            let body = try await request.body.collect(upTo: maximumBody)
+            let push: PushRequest
+            do {
+                push = try JSONDecoder().decode(PushRequest.self, from: Data(buffer: body))
+            } catch {
+                throw HTTPError(.badRequest, message: "the body is not a push: \(error)")
+            }
+            try validate(push.changes)
+            let outcome = try run { try storage.push(push.changes, to: stored) }
+            if !outcome.accepted.isEmpty { notifier.notify(stored) }
+            return try json(outcome)
+        }
+        router.get("/v1/{account}/{store}/changes") { request, context -> Response in
+            let (stored, _) = try address(request, context, write: false)
+            let after = try number(request, "after", default: 0)
+            let limit = Int(try number(request, "limit", default: 1000))
+            guard (1...10_000).contains(limit) else { throw HTTPError(.badRequest, message: "limit must be 1 to 10000") }
+            return try json(try run { try storage.changes(in: stored, after: after, limit: limit) })
+        }
+        router.get("/v1/{account}/{store}/cursor") { request, context -> Response in
+            let (stored, _) = try address(request, context, write: false)
+            let after = try number(request, "after", default: 0)
+            let wait = try number(request, "wait", default: 0)
+            guard (0...60).contains(wait) else { throw HTTPError(.badRequest, message: "wait must be 0 to 60 seconds") }
+            if wait > 0, try run({ try storage.cursor(of: stored) }) <= after {
+                await notifier.wait(for: stored, timeout: .seconds(wait)) {
+                    ((try? storage.cursor(of: stored)) ?? 0) > after
+                }
+            }
+            return try json(["cursor": try run { try storage.cursor(of: stored) }])
+        }
+        return router
+    }
+
+    // MARK: - Requests
+
+    private func authorize(_ request: Request) throws -> TokenScope {
+        guard let header = request.headers[.authorization] else {
+            throw HTTPError(.unauthorized, message: "missing Authorization: Bearer TOKEN")
+        }
+        guard header.hasPrefix("Bearer "), let scope = accounts.scope(of: String(header.dropFirst(7))) else {
+            throw HTTPError(.unauthorized, message: "unknown or revoked token")
+        }
+        return scope
+    }
+
+    /// The storage name of the addressed store, once the token may use it.
+    private func address(_ request: Request, _ context: BasicRequestContext, write: Bool) throws -> (String, TokenScope) {
+        let scope = try authorize(request)
+        let account = try context.parameters.require("account")
+        let store = try context.parameters.require("store")
+        guard AccountDirectory.isValidName(account), StoreLocation.isValidStoreID(store) else {
+            throw HTTPError(.notFound, message: "no store \(account)/\(store)")
+        }
+        guard scope.canRead(account: account, store: store) else {
+            throw HTTPError(.forbidden, message: "this token does not reach \(account)/\(store)")
+        }
+        if write, !scope.canWrite(account: account, store: store) {
+            throw HTTPError(.forbidden, message: "this token may only read \(account)/\(store)")
+        }
+        return ("\(account).\(store)", scope)
+    }
+
+    /// Refuses the whole push when a change is malformed: a bad key, a value that is not a
+    /// property list of its type. (Quotas are judged per change by the storage.)
+    private func validate(_ changes: [StampedChange]) throws {
+        for change in changes {
+            guard !change.key.isEmpty, change.key.utf8.count <= 1024, !change.stamp.device.isEmpty else {
+                throw HTTPError(.badRequest, message: "a change has an invalid key or stamp")
+            }
+            guard let value = change.value else {
+                if change.type != nil { throw HTTPError(.badRequest, message: "\(change.key): a tombstone has no type") }
+                continue
+            }
+            guard let decoded = try? PropertyListCodec.decode([UInt8](value)), decoded.type == change.type else {
+                throw HTTPError(.badRequest, message: "\(change.key): the value is not a property list of type \(change.type?.rawValue ?? "none")")
+            }
+        }
+    }
+
+    private func number(_ request: Request, _ name: String, default value: Int64) throws -> Int64 {
+        guard let text = request.uri.queryParameters.get(name) else { return value }
+        guard let number = Int64(text), number >= 0 else { throw HTTPError(.badRequest, message: "\(name) must be a whole number") }
+        return number
+    }
+
+    /// Storage failures as HTTP: a bad store name is 404, anything else 503 with Retry-After.
+    private func run<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch CloudError.invalidStoreName(let name) {
+            throw HTTPError(.notFound, message: "no store \(name)")
+        } catch {
+            throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: String(describing: error))
+        }
+    }
+
+    private func json(_ value: some Encodable) throws -> Response {
+        let data = try JSONEncoder().encode(value)
+        return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: data)))
+    }
+}
+
+struct PushRequest: Codable {
+    var changes: [StampedChange]
+}
+
+struct WhoAmI: Codable {
+    var account: String
+    var store: String?
+    var readOnly: Bool
+}
+
+/// Where the server keeps its data, from `--database`.
+public enum ServerDatabase {
+    /// The path of a `sqlite:///PATH` URL.
+    public static func sqlitePath(_ url: String) -> String? {
+        guard url.hasPrefix("sqlite:///") else { return nil }
+        return String(url.dropFirst("sqlite://".count))
+    }
+}

@@ -1,0 +1,107 @@
+import AsyncHTTPClient
+import Foundation
+import KVCloud
+import KVStore
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// A remote reached over HTTP: a `kvsfs serve` server (see its protocol in `SyncServer`).
+/// `base` is `http(s)://host:port`, optionally followed by `/ACCOUNT`; without an account the
+/// token's own account is asked for once. 429 and 503 answers become `retryLater` with the
+/// server's Retry-After; connection failures `unreachable`; other refusals `refused`.
+public final class HTTPRemote: Remote {
+    public let description: String
+    private let base: String
+    private let store: String
+    private let token: String
+    private let client: HTTPClient
+    private let account: Mutex<String?>
+
+    public init(url: String, store: String, token: String, client: HTTPClient = .shared) {
+        description = url
+        var base = url
+        while base.hasSuffix("/") { base.removeLast() }
+        let parts = base.split(separator: "/", omittingEmptySubsequences: false)
+        // scheme:, "", host:port, [account]
+        if parts.count == 4 {
+            account = Mutex(String(parts[3]))
+            base = parts[0...2].joined(separator: "/")
+        } else {
+            account = Mutex(nil)
+        }
+        self.base = base
+        self.store = store
+        self.token = token
+        self.client = client
+    }
+
+    public func identity() async throws -> String {
+        try await request(.GET, storePath("identity"), as: [String: String].self)["identity"] ?? ""
+    }
+
+    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
+        let body = try JSONEncoder().encode(PushBody(changes: changes))
+        return try await request(.POST, storePath("changes"), body: body, as: PushOutcome.self)
+    }
+
+    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
+        try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096", as: ChangeBatch.self)
+    }
+
+    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+        let seconds = max(1, min(60, Int(timeout.components.seconds)))
+        let answer = try await request(.GET, storePath("cursor") + "?after=\(cursor)&wait=\(seconds)", as: [String: Int64].self,
+                                       timeout: .seconds(Int64(seconds) + 10))
+        return (answer["cursor"] ?? 0) > cursor
+    }
+
+    private struct PushBody: Encodable { var changes: [StampedChange] }
+    private struct WhoAmI: Decodable { var account: String }
+    private struct ErrorBody: Decodable {
+        struct Detail: Decodable { var message: String? }
+        var error: Detail
+    }
+
+    private func storePath(_ tail: String) async throws -> String {
+        if let known = account.withLock({ $0 }) { return "/v1/\(known)/\(store)/\(tail)" }
+        let me = try await request(.GET, "/v1/whoami", as: WhoAmI.self)
+        account.withLock { $0 = me.account }
+        return "/v1/\(me.account)/\(store)/\(tail)"
+    }
+
+    private func request<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil, as type: T.Type,
+                                       timeout: TimeAmount = .seconds(30)) async throws -> T {
+        var request = HTTPClientRequest(url: base + path)
+        request.method = method
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: Array(body)))
+        }
+        let response: HTTPClientResponse
+        let bytes: ByteBuffer
+        do {
+            response = try await client.execute(request, timeout: timeout)
+            bytes = try await response.body.collect(upTo: 64 << 20)
+        } catch {
+            throw RemoteError.unreachable("\(base): \(error)")
+        }
+        let data = Data(bytes.readableBytesView)
+        guard response.status == .ok else {
+            let message = (try? JSONDecoder().decode(ErrorBody.self, from: data).error.message) ?? response.status.reasonPhrase
+            switch response.status {
+            case .tooManyRequests, .serviceUnavailable:
+                let after = response.headers.first(name: "Retry-After").flatMap { Int64($0) }.map { Duration.seconds($0) }
+                throw RemoteError.retryLater(after: after, "\(response.status.code) \(message)")
+            default:
+                throw RemoteError.refused("\(response.status.code) \(message)")
+            }
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch {
+            throw RemoteError.unreachable("\(base)\(path): an answer that is not the protocol's: \(error)")
+        }
+    }
+}

@@ -1,0 +1,180 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Hummingbird
+import KVCloud
+import KVServer
+import Logging
+import Synchronization
+
+/// Options naming the server's database.
+struct DatabaseOptions: ParsableArguments {
+    @Option(help: "Where the server keeps its data: sqlite:///path/db.sqlite.")
+    var database: String
+
+    func validate() throws {
+        if database.hasPrefix("postgres://") || database.hasPrefix("postgresql://") {
+            throw ValidationError("PostgreSQL is not supported by this version: use sqlite:///path/db.sqlite")
+        }
+        guard ServerDatabase.sqlitePath(database) != nil else {
+            throw ValidationError("--database must be sqlite:///absolute/path")
+        }
+    }
+
+    var path: String { ServerDatabase.sqlitePath(database)! }
+
+    func accounts() throws -> AccountDirectory {
+        do {
+            return try AccountDirectory(path: path)
+        } catch {
+            throw CommandFailure("cannot open \(database): \(error)")
+        }
+    }
+}
+
+struct Serve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve stores to mounts over HTTP: the sync server.",
+        discussion: "Runs until SIGTERM or SIGINT, then finishes the requests in progress. See kvsfs(1), SERVER.")
+
+    @Option(help: "HOST:PORT to listen on.")
+    var listen: String = "127.0.0.1:8780"
+
+    @OptionGroup var database: DatabaseOptions
+
+    func validate() throws {
+        guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
+    }
+
+    private var address: (host: String, port: Int)? {
+        guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+              (0...65535).contains(port) else { return nil }
+        return (String(listen[..<colon]), port)
+    }
+
+    func run() throws {
+        let storage: SQLiteCloudStorage
+        do {
+            storage = try SQLiteCloudStorage(path: database.path)
+        } catch {
+            throw CommandFailure("cannot open \(database.database): \(error)")
+        }
+        let server = SyncServer(storage: storage, accounts: try database.accounts())
+        var logger = Logger(label: "kvsfs.serve")
+        logger.logLevel = .info
+        let (host, port) = address!
+        let app = Application(
+            router: server.makeRouter(),
+            configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs"),
+            logger: logger)
+        // A graceful shutdown waits for the requests in progress: end the long polls at once.
+        let shutdown = [SIGTERM, SIGINT].map { signalNumber in
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler { server.notifier.close() }
+            source.resume()
+            return source
+        }
+        try waitFor { try await app.runService() }
+        withExtendedLifetime(shutdown) {}
+    }
+}
+
+struct Account: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the sync server's accounts.",
+        subcommands: [Create.self])
+
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create an account and print its first token (shown once; only its hash is kept).")
+
+        @Argument(help: "Lowercase letters, digits, '_' and '-'.")
+        var name: String
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() throws {
+            do {
+                print(try database.accounts().createAccount(name))
+            } catch let error as AccountError {
+                throw CommandFailure(error.description)
+            }
+        }
+    }
+}
+
+struct Token: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Manage the sync server's tokens.",
+        subcommands: [Create.self, Revoke.self, List.self])
+
+    struct Create: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a token for an account and print it (shown once).")
+
+        @Argument var account: String
+
+        @Option(help: "Limit the token to this store.")
+        var store: String?
+
+        @Flag(name: .customLong("read-only"), help: "The token may read but not write.")
+        var readOnly = false
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() throws {
+            do {
+                print(try database.accounts().createToken(account: account, store: store, readOnly: readOnly))
+            } catch let error as AccountError {
+                throw CommandFailure(error.description)
+            }
+        }
+    }
+
+    struct Revoke: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a token, by its id or the token itself; it stops working at once.")
+
+        @Argument var token: String
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() throws {
+            do {
+                try database.accounts().revokeToken(token)
+            } catch let error as AccountError {
+                throw CommandFailure(error.description)
+            }
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List an account's tokens: id, scope, state.")
+
+        @Argument var account: String
+
+        @OptionGroup var database: DatabaseOptions
+
+        func run() throws {
+            do {
+                for token in try database.accounts().tokens(of: account) {
+                    let scope = (token.scope.store ?? "*") + (token.scope.readOnly ? " read-only" : " read-write")
+                    print("\(token.id)\t\(scope)\t\(token.revoked ? "revoked" : "active")")
+                }
+            } catch let error as AccountError {
+                throw CommandFailure(error.description)
+            }
+        }
+    }
+}
+
+/// Runs async `work` from a synchronous command and waits for it.
+func waitFor(_ work: @escaping @Sendable () async throws -> Void) throws {
+    let failure = Mutex<(any Error)?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        do { try await work() } catch { failure.withLock { $0 = error } }
+        done.signal()
+    }
+    done.wait()
+    if let error = failure.withLock({ $0 }) { throw error }
+}
