@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Sync benchmark: two mounts of one store on one file remote (release build).
 #
-#   bench/sync.sh [CHANGES] [KEYS]      (as root; defaults 1000 50)
+#   bench/sync.sh [CHANGES] [KEYS] [file|server]      (as root; defaults 1000 50 file)
 #
+# With `server`, the mounts sync through a `kvsfs serve` on loopback instead of the file remote.
 # 1. Propagation: CHANGES writes on mount A, each timed from close() to the inotify event on
 #    mount B (p50, p99; target p99 <= 100 ms).
 # 2. Initial sync: a full store (1024 keys, about 1 MB) on the remote, then a fresh mount C:
 #    the time from starting `kvsfs mount` until every key shows in C (target <= 1 s).
 set -euo pipefail
-changes=${1:-1000}; keys=${2:-50}
+changes=${1:-1000}; keys=${2:-50}; via=${3:-file}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
@@ -28,15 +29,24 @@ cc -O2 -o "$work/propagation" "$here/propagation.c"
 (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
 kvsfs="$repo/.build/release/kvsfs"
 remote="file://$work/cloud/cloud.sqlite"
+access=()
+mkdir -p "$work/cloud"
+if [ "$via" = server ]; then
+    "$kvsfs" account create bench --database "sqlite://$work/cloud/server.sqlite" > "$work/token"
+    "$kvsfs" serve --listen 127.0.0.1:18781 --database "sqlite://$work/cloud/server.sqlite" 2>/dev/null & pids+=($!)
+    for _ in $(seq 200); do curl -sf http://127.0.0.1:18781/health >/dev/null && break; sleep 0.05; done
+    remote=http://127.0.0.1:18781
+    access=(--token-file "$work/token")
+fi
 
 wait_mounted() { for _ in $(seq 500); do mountpoint -q "$1" && return 0; sleep 0.01; done; echo "bench: $1 did not mount" >&2; exit 1; }
 mkdir -p "$work"/{a,b,c,data-a,data-b,data-c,cloud}
-"$kvsfs" mount "$work/a" --data-dir "$work/data-a" --remote "$remote" & pids+=($!)
-"$kvsfs" mount "$work/b" --data-dir "$work/data-b" --remote "$remote" & pids+=($!)
+"$kvsfs" mount "$work/a" --data-dir "$work/data-a" --remote "$remote" "${access[@]}" & pids+=($!)
+"$kvsfs" mount "$work/b" --data-dir "$work/data-b" --remote "$remote" "${access[@]}" & pids+=($!)
 wait_mounted "$work/a"; wait_mounted "$work/b"
 "$kvsfs" sync "$work/a"; "$kvsfs" sync "$work/b"
 
-echo "propagation, close() on A to the inotify event on B, $changes changes over $keys keys:"
+echo "propagation through the $via remote, close() on A to the inotify event on B, $changes changes over $keys keys:"
 "$work/propagation" "$work/a" "$work/b" "$changes" "$keys"
 
 # A full store: 1024 keys whose canonical XML is 1000 bytes each (1,024,000 bytes).
@@ -46,7 +56,7 @@ for i in $(seq 1024); do printf '%s' "${filler:0:$((819 - ${#i}))}$i" > "$work/a
 "$kvsfs" sync "$work/a"
 echo "initial sync of a full store into a fresh mount: $(ls "$work/a" | wc -l) keys, $(df -B1 --output=used "$work/a" | tail -1 | tr -d ' ') bytes"
 start=$(date +%s.%N)
-"$kvsfs" mount "$work/c" --data-dir "$work/data-c" --remote "$remote" & pids+=($!)
+"$kvsfs" mount "$work/c" --data-dir "$work/data-c" --remote "$remote" "${access[@]}" & pids+=($!)
 wait_mounted "$work/c"
 "$kvsfs" sync "$work/c"
 end=$(date +%s.%N)

@@ -18,7 +18,7 @@ public final class HTTPRemote: Remote {
     private let client: HTTPClient
     private let account: Mutex<String?>
 
-    public init(url: String, store: String, token: String, client: HTTPClient = .shared) {
+    public init(url: String, store: String, token: String, client: HTTPClient = HTTPRemote.client) {
         description = url
         var base = url
         while base.hasSuffix("/") { base.removeLast() }
@@ -55,6 +55,15 @@ public final class HTTPRemote: Remote {
                                        timeout: .seconds(Int64(seconds) + 10))
         return (answer["cursor"] ?? 0) > cursor
     }
+
+    /// The process's client: a connection that cannot be made fails the request at once (the
+    /// sync engine retries with its own backoff), instead of being retried until a deadline.
+    public static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.timeout.connect = .seconds(5)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }()
 
     private struct PushBody: Encodable { var changes: [StampedChange] }
     private struct WhoAmI: Decodable { var account: String }

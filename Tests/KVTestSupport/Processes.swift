@@ -165,3 +165,69 @@ public func withDaemon<T>(extraArguments: [String] = [], _ body: (DaemonMount, T
     defer { daemon.stop() }
     return try body(daemon, directory)
 }
+
+/// A `kvsfs serve` process on a loopback port, with its SQLite database.
+public final class ServerProcess: @unchecked Sendable {
+    public let port: Int
+    public let database: String
+    public private(set) var process: Process
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    /// Starts a server on `database` (sqlite:///...), on `port` or a free one, and waits until
+    /// it answers /health.
+    public init(database: String, port: Int? = nil) throws {
+        self.database = database
+        self.port = port ?? ServerProcess.freePort()
+        process = Process()
+        try start()
+    }
+
+    /// Starts the server again (after `stop()`), on the same port and database.
+    public func start() throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: kvsfsBinary)
+        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database", database]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try withSignalsUnblocked { try process.run() }
+        let deadline = Date().addingTimeInterval(20)
+        while (try? shell("curl -sf \(url)/health", timeout: 5))?.status != 0 {
+            if !process.isRunning { throw DaemonError(description: "kvsfs serve exited with status \(process.terminationStatus)") }
+            if Date() > deadline { throw DaemonError(description: "kvsfs serve did not answer within 20 s") }
+            usleep(50_000)
+        }
+    }
+
+    /// SIGTERM, and waits for the exit; returns the status.
+    @discardableResult
+    public func stop() -> Int32 {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        return process.terminationStatus
+    }
+
+    deinit { stop() }
+
+    /// Runs a `kvsfs account` or `kvsfs token` command on this server's database; returns its output.
+    public func admin(_ arguments: [String]) throws -> String {
+        let result = try run(kvsfsBinary, arguments + ["--database", database])
+        guard result.status == 0 else { throw DaemonError(description: "kvsfs \(arguments.joined(separator: " ")): \(result)") }
+        return result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// A port nothing listens on now (the kernel picks it).
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
