@@ -4,6 +4,9 @@
 #
 #   bench/smallfile.sh [ROUNDS] [KEYS] [VALUE_BYTES]      (as root; defaults 5 1000 64)
 #
+# kvsfs is mounted as `kvsfs mount` would be by default (syncing with cloud.sqlite in its data
+# directory); KVSFS_MOUNT_OPTIONS adds options, e.g. "--remote none" for the mount alone.
+#
 # Each phase's figure is the median over ROUNDS runs; the three file systems take turns in every
 # round so that a noisy machine slows them alike.
 set -euo pipefail
@@ -35,7 +38,7 @@ wait_mounted() { for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0
 mkdir -p "$work"/{tmpfs,memfs,kvsfs,data}
 mount -t tmpfs tmpfs "$work/tmpfs"
 "$work/memfs_ll" "$work/memfs" & pids+=($!)
-"$kvsfs" mount "$work/kvsfs" --data-dir "$work/data" & kvsfs_pid=$!; pids+=($kvsfs_pid)
+"$kvsfs" mount "$work/kvsfs" --data-dir "$work/data" ${KVSFS_MOUNT_OPTIONS:-} & kvsfs_pid=$!; pids+=($kvsfs_pid)
 wait_mounted "$work/memfs"; wait_mounted "$work/kvsfs"
 
 echo "smallfile_bench: $keys keys, $value_bytes-byte values, median of $rounds rounds (ops/s)"
