@@ -15,7 +15,7 @@ protocol CloudTable {
 /// the rows live.
 enum CloudLedger {
     static func push(_ changes: [StampedChange], into table: inout some CloudTable) throws -> PushOutcome {
-        var outcome = PushOutcome()
+        var outcome = PushOutcome(cursorBefore: table.cursor)
         var usage = table.usage
         var cursor = table.cursor
         let ledger = QuotaLedger(limits: table.limits)
@@ -40,6 +40,7 @@ enum CloudLedger {
             try table.record(change, cursor: cursor, usage: usage)
             outcome.accepted.append(change)
         }
+        outcome.cursorAfter = cursor
         return outcome
     }
 

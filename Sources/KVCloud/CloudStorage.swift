@@ -28,10 +28,16 @@ public struct PushOutcome: Sendable, Equatable, Codable {
     /// Changes the remote now has (or had already, or has something newer for).
     public var accepted: [StampedChange]
     public var refused: [Refusal]
+    /// The store's cursor before and after this push: when `cursorBefore` is where the pusher
+    /// had fetched up to, every change up to `cursorAfter` is its own, and need not be fetched.
+    public var cursorBefore: Int64?
+    public var cursorAfter: Int64?
 
-    public init(accepted: [StampedChange] = [], refused: [Refusal] = []) {
+    public init(accepted: [StampedChange] = [], refused: [Refusal] = [], cursorBefore: Int64? = nil, cursorAfter: Int64? = nil) {
         self.accepted = accepted
         self.refused = refused
+        self.cursorBefore = cursorBefore
+        self.cursorAfter = cursorAfter
     }
 }
 

@@ -16,8 +16,10 @@ public final class SQLiteCloudStorage: CloudStorage {
         do {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
+            configuration.maximumReaderCount = 2
             configuration.prepareDatabase { db in
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                try db.execute(sql: "PRAGMA cache_size = -1024")  // KiB per connection
             }
             database = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(database)

@@ -41,7 +41,13 @@ public final class KeyValueStore: Sendable {
     private let database: DatabaseQueue
     private let state: Mutex<State>
     private let clock: @Sendable () -> Date
-    private let changeObserver = Mutex<(@Sendable () -> Void)?>(nil)
+    /// Boxed: a closure kept directly in a Mutex is reabstracted on every `withLock` and written
+    /// back wrapped, so each call would add thunks to the chain.
+    private final class Observer: Sendable {
+        let notify: @Sendable () -> Void
+        init(_ notify: @escaping @Sendable () -> Void) { self.notify = notify }
+    }
+    private let changeObserver = Mutex<Observer?>(nil)
     /// The id this store's changes carry in their stamps.
     public let deviceID: String
 
@@ -175,7 +181,7 @@ public final class KeyValueStore: Sendable {
             state.usedBytes = bytes
             return true
         }
-        if committed { changeObserver.withLock { $0 }?() }
+        if committed { changeObserver.withLock { $0 }?.notify() }
     }
 
     /// Writes changes (already checked) and brings the in-memory index along.
@@ -201,7 +207,8 @@ public final class KeyValueStore: Sendable {
     /// Calls `observer` after every committed local change (never for external ones), outside
     /// the store's lock.
     public func observeLocalChanges(_ observer: @escaping @Sendable () -> Void) {
-        changeObserver.withLock { $0 = observer }
+        let box = Observer(observer)
+        changeObserver.withLock { $0 = box }
     }
 
     /// Where `key`'s latest change stands with the remote; nil for a key never written.

@@ -29,6 +29,7 @@ public final class SyncEngine: Sendable {
     private let state = Mutex(Status(lastError: nil, lastSync: nil, initialSyncDone: false))
     private let knownRemoteCursor: Atomic<Int64>
     private let clock: any Clock<Duration>
+    private let minimumInterval: Duration = .milliseconds(10)
 
     /// `debounce` is how long a local change waits for others to join it before the push;
     /// `clock` times the waits (debounce, backoff, retry-after, the periodic round).
@@ -105,8 +106,10 @@ public final class SyncEngine: Sendable {
     private func runLoop() async {
         var backoff = Backoff()
         var generator = SystemRandomNumberGenerator()
+        var lastRound = ContinuousClock.now
         while !Task.isCancelled {
             do {
+                lastRound = ContinuousClock.now
                 try await cycle()
                 backoff.reset()
             } catch {
@@ -115,7 +118,10 @@ public final class SyncEngine: Sendable {
                 continue
             }
             await wake.wait()
-            try? await clock.sleep(for: debounce)
+            // A burst gathers for `debounce`; under a steady stream, rounds are at least
+            // `minimumInterval` apart, so that each pushes many changes.
+            let sinceLast = ContinuousClock.now - lastRound
+            try? await clock.sleep(for: max(debounce, minimumInterval - sinceLast))
         }
     }
 
@@ -198,6 +204,12 @@ public final class SyncEngine: Sendable {
         guard !pending.isEmpty else { return }
         let outcome = try await remote.push(pending)
         try store.markPushed(outcome.accepted)
+        // Nobody else pushed since our last fetch: what the push added is ours, skip fetching it.
+        if let before = outcome.cursorBefore, let after = outcome.cursorAfter, after > before,
+           before == knownRemoteCursor.load(ordering: .relaxed) {
+            try store.setSetting(Self.cursorSetting, to: String(after))
+            knownRemoteCursor.store(after, ordering: .relaxed)
+        }
         guard !outcome.refused.isEmpty else { return }
         // Roll each refused change back to what the remote holds (or to nothing).
         let rollbacks = outcome.refused.map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
@@ -218,8 +230,10 @@ public final class SyncEngine: Sendable {
             let confirmations = batch.changes.filter { !store.accepts($0) }
             if !confirmations.isEmpty { try store.applyExternal(confirmations) }
             let changed = newer.isEmpty ? [] : await applier.apply(newer, mode: .merge)
+            if batch.cursor != cursor || store.setting(Self.cursorSetting) == nil {
+                try store.setSetting(Self.cursorSetting, to: String(batch.cursor))
+            }
             cursor = batch.cursor
-            try store.setSetting(Self.cursorSetting, to: String(cursor))
             knownRemoteCursor.store(cursor, ordering: .relaxed)
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
             if batch.complete { break }
