@@ -10,6 +10,7 @@ import Logging
 /// `{"error":{"message":...}}`.
 ///
 ///     GET  /health                                   200 ok
+///     GET  /metrics                                  Prometheus text (no token needed)
 ///     GET  /v1/whoami                                {"account","store","readOnly"} of the token
 ///     GET  /v1/ACCOUNT/STORE/identity                {"identity"}: the account's remote id
 ///     POST /v1/ACCOUNT/STORE/changes                 {"changes":[...]} -> {"accepted","refused"}
@@ -20,17 +21,28 @@ public struct SyncServer: Sendable {
     public let storage: any CloudStorage
     public let accounts: AccountDirectory
     public let notifier = ChangeNotifier()
+    public let metrics = ServerMetrics()
+    public let limiter: RateLimiter
     /// Largest request body accepted.
     public var maximumBody = 4 << 20
 
-    public init(storage: any CloudStorage, accounts: AccountDirectory) {
+    /// `rateLimit`: requests per second per token (0: none).
+    public init(storage: any CloudStorage, accounts: AccountDirectory, rateLimit: Double = 0) {
         self.storage = storage
         self.accounts = accounts
+        limiter = RateLimiter(rate: rateLimit)
     }
 
     public func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
+        router.add(middleware: MetricsMiddleware(metrics: metrics))
         router.get("/health") { _, _ in "ok\n" }
+        router.get("/metrics") { _, _ -> Response in
+            metrics.watchers.set(Double(notifier.waiting))
+            let text = metrics.registry.emitToBuffer()
+            return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
+                            body: .init(byteBuffer: ByteBuffer(bytes: text)))
+        }
         router.get("/v1/whoami") { request, _ -> Response in
             let scope = try authorize(request)
             return try json(WhoAmI(account: scope.account, store: scope.store, readOnly: scope.readOnly))
@@ -52,6 +64,11 @@ public struct SyncServer: Sendable {
             try validate(push.changes)
             let outcome = try run { try storage.push(push.changes, to: stored) }
             if !outcome.accepted.isEmpty { notifier.notify(stored) }
+            metrics.pushes.increment()
+            metrics.accepted.increment(by: Int64(outcome.accepted.count))
+            metrics.refused.increment(by: Int64(outcome.refused.count))
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            for change in push.changes { metrics.changeDelay.record(.milliseconds(max(0, now - change.stamp.time))) }
             return try json(outcome)
         }
         router.get("/v1/{account}/{store}/changes") { request, context -> Response in
@@ -82,8 +99,13 @@ public struct SyncServer: Sendable {
         guard let header = request.headers[.authorization] else {
             throw HTTPError(.unauthorized, message: "missing Authorization: Bearer TOKEN")
         }
-        guard header.hasPrefix("Bearer "), let scope = accounts.scope(of: String(header.dropFirst(7))) else {
+        let token = String(header.dropFirst(7))
+        guard header.hasPrefix("Bearer "), let scope = accounts.scope(of: token) else {
             throw HTTPError(.unauthorized, message: "unknown or revoked token")
+        }
+        if let wait = limiter.admit(token) {
+            let seconds = max(1, Int((Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18).rounded(.up)))
+            throw HTTPError(.tooManyRequests, headers: [.retryAfter: String(seconds)], message: "rate limited: retry in \(seconds) s")
         }
         return scope
     }

@@ -30,6 +30,7 @@ public final class SyncEngine: Sendable {
     private let knownRemoteCursor: Atomic<Int64>
     private let clock: any Clock<Duration>
     private let minimumInterval: Duration = .milliseconds(10)
+    private let lastAccountCheck = Mutex<ContinuousClock.Instant?>(nil)
 
     /// `debounce` is how long a local change waits for others to join it before the push;
     /// `clock` times the waits (debounce, backoff, retry-after, the periodic round).
@@ -167,9 +168,12 @@ public final class SyncEngine: Sendable {
     }
 
     /// On the first contact with a remote, records its account. A different account than the
-    /// one last synced with replaces every local value by the new account's.
+    /// one last synced with replaces every local value by the new account's. Asked on the first
+    /// round and then once a minute.
     private func checkAccount() async throws {
+        if let last = lastAccountCheck.withLock({ $0 }), ContinuousClock.now - last < .seconds(60) { return }
         let identity = try await remote.identity()
+        lastAccountCheck.withLock { $0 = ContinuousClock.now }
         let recorded = store.setting(Self.remoteSetting)
         guard recorded != identity else { return }
         if recorded != nil {

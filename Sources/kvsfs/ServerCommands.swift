@@ -42,8 +42,12 @@ struct Serve: ParsableCommand {
 
     @OptionGroup var database: DatabaseOptions
 
+    @Option(name: .customLong("rate-limit"), help: "Requests per second per token, in bursts of twice that (0: no limit).")
+    var rateLimit: Double = 1000
+
     func validate() throws {
         guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
+        guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 or more") }
     }
 
     private var address: (host: String, port: Int)? {
@@ -59,7 +63,7 @@ struct Serve: ParsableCommand {
         } catch {
             throw CommandFailure("cannot open \(database.database): \(error)")
         }
-        let server = SyncServer(storage: storage, accounts: try database.accounts())
+        let server = SyncServer(storage: storage, accounts: try database.accounts(), rateLimit: rateLimit)
         var logger = Logger(label: "kvsfs.serve")
         logger.logLevel = .info
         let (host, port) = address!

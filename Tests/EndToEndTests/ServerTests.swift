@@ -100,4 +100,25 @@ struct ServerTests {
             #expect(try shell("ls \(a.mountpoint)").standardOutput.isEmpty, "nothing reached the store")
         }
     }
+
+    @Test("a token over its rate limit gets 429 with Retry-After; /metrics reports requests, pushes and watchers")
+    func rateLimitAndMetrics() throws {
+        let dir = TemporaryDirectory("kvsfs-server")
+        defer { dir.remove() }
+        let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite", extraArguments: ["--rate-limit", "5"])
+        defer { server.stop() }
+        let token = try server.admin(["account", "create", "carol"])
+        let result = try shell("""
+            for i in $(seq 15); do
+              curl -s -o /dev/null -D - -H 'Authorization: Bearer \(token)' '\(server.url)/v1/carol/default/changes' | tr -d '\\r' | grep -i -E '^HTTP|^retry-after'
+            done
+            curl -s \(server.url)/metrics
+            """)
+        #expect(result.standardOutput.contains("HTTP/1.1 200"), "\(result)")
+        #expect(result.standardOutput.contains("HTTP/1.1 429"), "a burst over twice the rate is limited")
+        #expect(result.standardOutput.lowercased().contains("retry-after: 1"))
+        #expect(result.standardOutput.contains(#"kvsfs_requests_total{status="429"}"#))
+        #expect(result.standardOutput.contains("kvsfs_watchers 0"))
+        #expect(result.standardOutput.contains("kvsfs_pushes_total 0"))
+    }
 }

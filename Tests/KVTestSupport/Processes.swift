@@ -170,13 +170,15 @@ public func withDaemon<T>(extraArguments: [String] = [], _ body: (DaemonMount, T
 public final class ServerProcess: @unchecked Sendable {
     public let port: Int
     public let database: String
+    public let extraArguments: [String]
     public private(set) var process: Process
     public var url: String { "http://127.0.0.1:\(port)" }
 
     /// Starts a server on `database` (sqlite:///...), on `port` or a free one, and waits until
     /// it answers /health.
-    public init(database: String, port: Int? = nil) throws {
+    public init(database: String, port: Int? = nil, extraArguments: [String] = []) throws {
         self.database = database
+        self.extraArguments = extraArguments
         self.port = port ?? ServerProcess.freePort()
         process = Process()
         try start()
@@ -186,7 +188,7 @@ public final class ServerProcess: @unchecked Sendable {
     public func start() throws {
         process = Process()
         process.executableURL = URL(fileURLWithPath: kvsfsBinary)
-        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database", database]
+        process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database", database] + extraArguments
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try withSignalsUnblocked { try process.run() }
