@@ -39,6 +39,7 @@ public enum ErrnoMapping {
         case let error as StoreError:
             switch error {
             case .invalidPropertyList, .emptyKey, .invalidStoreName: return EINVAL
+            case .readOnly: return EROFS
             case .valueTooLarge: return EFBIG
             case .storeFull: return EDQUOT
             case .tooManyKeys: return ENOSPC

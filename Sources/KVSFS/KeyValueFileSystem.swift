@@ -142,6 +142,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         try state.withLock { ns in
             if inode == .root { throw Errno.isDirectory }
             let node = try existingNode(inode, in: ns)
+            if flags.isWritable, node.key != nil { try checkWritable(context) }
             return open(node, flags: flags, external: isExternal(context), in: &ns)
         }
     }
@@ -150,6 +151,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard let nameClass = try classify(name) else { throw FileSystemError.nonCanonicalName(name) }
+            if case .key = nameClass { try checkWritable(context) }
             if let existing = try visibleNode(named: name, in: &ns) {
                 if flags.exclusive { throw FileSystemError.fileExists }
                 existing.lookups += 1
@@ -553,6 +555,12 @@ public final class KeyValueFileSystem: FuseFileSystem {
         }
         node.pageCacheTrusted = false
         node.rendered = nil
+    }
+
+    /// Refuses a local change to a key up front when the store is read-only here (EROFS);
+    /// the thread applying remote changes always may.
+    private func checkWritable(_ context: RequestContext) throws {
+        if let reason = store.readOnly, !isExternal(context) { throw StoreError.readOnly(reason) }
     }
 
     /// Whether a request comes from the thread applying remote changes.

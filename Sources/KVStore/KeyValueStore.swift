@@ -48,6 +48,7 @@ public final class KeyValueStore: Sendable {
         init(_ notify: @escaping @Sendable () -> Void) { self.notify = notify }
     }
     private let changeObserver = Mutex<Observer?>(nil)
+    private let readOnlyReason = Mutex<String?>(nil)
     /// The id this store's changes carry in their stamps.
     public let deviceID: String
 
@@ -131,6 +132,7 @@ public final class KeyValueStore: Sendable {
     /// or a byte total that grows past its limit is refused. Changes that leave a key's value as
     /// it was are not written and not logged.
     public func apply(_ changes: [KeyChange]) throws(StoreError) {
+        if let reason = readOnlyReason.withLock({ $0 }) { throw .readOnly(reason) }
         let committed = try state.withLock { (state: inout State) throws(StoreError) -> Bool in
             let ledger = QuotaLedger(limits: state.limits)
             let unstamped = Date(timeIntervalSince1970: 0)  // each edit gets its stamp's time below
@@ -210,6 +212,15 @@ public final class KeyValueStore: Sendable {
         let box = Observer(observer)
         changeObserver.withLock { $0 = box }
     }
+
+    /// Refuses local changes from now on (nil: accepts them again), for a device the remote
+    /// lets read only. External changes still apply.
+    public func setReadOnly(_ reason: String?) {
+        readOnlyReason.withLock { $0 = reason }
+    }
+
+    /// Why local changes are refused, if they are.
+    public var readOnly: String? { readOnlyReason.withLock { $0 } }
 
     /// Where `key`'s latest change stands with the remote; nil for a key never written.
     public func syncState(forKey key: String) -> SyncState? {

@@ -19,6 +19,8 @@ public enum StoreError: Error, Equatable, Sendable {
     case invalidStoreName(String)
     /// SQLite failed; the message is SQLite's.
     case database(String)
+    /// Local writes are refused: the remote only lets this device read the store.
+    case readOnly(String)
 }
 
 extension StoreError: CustomStringConvertible {
@@ -35,6 +37,7 @@ extension StoreError: CustomStringConvertible {
         case .storeInUse(let path): "the store \(path) is already mounted by another kvsfs process"
         case .invalidStoreName(let name): "invalid store name \(name): use letters, digits, '.', '_' and '-'"
         case .database(let message): "database error: \(message)"
+        case .readOnly(let reason): "the store is read-only here: \(reason)"
         }
     }
 }

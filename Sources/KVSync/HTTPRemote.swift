@@ -40,6 +40,11 @@ public final class HTTPRemote: Remote {
         try await request(.GET, storePath("identity"), as: [String: String].self)["identity"] ?? ""
     }
 
+    public func readOnlyReason() async throws -> String? {
+        let me = try await request(.GET, "/v1/whoami", as: WhoAmI.self)
+        return me.readOnly ? "the token for \(description) may only read" : nil
+    }
+
     public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
         let body = try JSONEncoder().encode(PushBody(changes: changes))
         return try await request(.POST, storePath("changes"), body: body, as: PushOutcome.self)
@@ -66,7 +71,10 @@ public final class HTTPRemote: Remote {
     }()
 
     private struct PushBody: Encodable { var changes: [StampedChange] }
-    private struct WhoAmI: Decodable { var account: String }
+    private struct WhoAmI: Decodable {
+        var account: String
+        var readOnly: Bool
+    }
     private struct ErrorBody: Decodable {
         struct Detail: Decodable { var message: String? }
         var error: Detail

@@ -13,6 +13,12 @@ public protocol Remote: Sendable {
     func fetch(after cursor: Int64) async throws -> ChangeBatch
     /// Returns true as soon as the remote has changes after `cursor`, false after `timeout`.
     func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool
+    /// Why this device may only read the store (a read-only token), or nil when it may write.
+    func readOnlyReason() async throws -> String?
+}
+
+extension Remote {
+    public func readOnlyReason() async throws -> String? { nil }
 }
 
 /// Why a remote could not serve a request.

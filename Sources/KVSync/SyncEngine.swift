@@ -173,6 +173,7 @@ public final class SyncEngine: Sendable {
     private func checkAccount() async throws {
         if let last = lastAccountCheck.withLock({ $0 }), ContinuousClock.now - last < .seconds(60) { return }
         let identity = try await remote.identity()
+        store.setReadOnly(try await remote.readOnlyReason())
         lastAccountCheck.withLock { $0 = ContinuousClock.now }
         let recorded = store.setting(Self.remoteSetting)
         guard recorded != identity else { return }
@@ -204,6 +205,7 @@ public final class SyncEngine: Sendable {
     }
 
     private func push() async throws {
+        guard store.readOnly == nil else { return }
         let pending = store.pendingChanges()
         guard !pending.isEmpty else { return }
         let outcome = try await remote.push(pending)

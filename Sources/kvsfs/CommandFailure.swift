@@ -19,6 +19,7 @@ func explain(_ code: Int32) -> String {
     case ENOSPC: return "\(system): the store already holds its maximum number of keys"
     case ENAMETOOLONG: return "\(system): the key name is over the key-length quota"
     case EINVAL: return "\(system): the value is not a property list the store accepts"
+    case EROFS: return "\(system): this mount may only read the store (its token is read-only)"
     default: return system
     }
 }
