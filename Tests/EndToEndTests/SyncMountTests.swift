@@ -131,4 +131,23 @@ struct SyncMountTests {
             #expect(result.standardOutput.contains(#""reason":"quota-violation""#))
         }
     }
+
+    @Test("a change written offline survives kill -9 of its daemon and reaches the other mount after a restart")
+    func pendingSurvivesCrash() throws {
+        try withTwoMounts(offline: true) { (a, b, dir) throws in
+            let written = try shell("echo survivor > \(b.path("k")); getfattr --only-values -n user.kvsfs.sync \(b.path("k"))")
+            #expect(written.standardOutput == "pending", "\(written)")
+            b.crash()
+            try FileManager.default.createSymbolicLink(atPath: dir.path + "/link", withDestinationPath: dir.path + "/cloud")
+            let restarted = try DaemonMount(mountpoint: b.mountpoint, dataDirectory: b.dataDirectory,
+                                            extraArguments: ["--remote", "file://\(dir.path)/link/cloud.sqlite"])
+            defer { restarted.stop() }
+            let result = try shell("""
+                \(kvsfsBinary) sync \(restarted.mountpoint); echo "sync=$?"
+                \(waitFor("test -e \(a.path("k"))"))
+                \(kvsfsBinary) get \(a.path("k"))
+                """, timeout: 60)
+            #expect(result.standardOutput == "sync=0\nsurvivor\n", "\(result)")
+        }
+    }
 }
