@@ -1,30 +1,39 @@
 import Foundation
 import KVStore
 
-/// One store's rows as a storage holds them, inside one write transaction.
-protocol CloudTable {
-    var limits: QuotaLimits { get }
-    var usage: QuotaUsage { get }
-    var cursor: Int64 { get }
-    func current(_ key: String) throws -> StampedChange?
-    /// Records `change` as the key's latest, accepted at `cursor`, the store using `usage`.
-    mutating func record(_ change: StampedChange, cursor: Int64, usage: QuotaUsage) throws
+/// A store's totals as a push finds them (and leaves them).
+struct CloudStoreState: Sendable {
+    var limits: QuotaLimits
+    var usage: QuotaUsage
+    /// The cursor of the store's newest accepted change.
+    var cursor: Int64
 }
 
-/// The merge rule and the quotas, as the remote applies them. Storages differ only in where
-/// the rows live.
+/// What a push does: the answer, the rows to write (each change with the cursor it is
+/// accepted at) and the store's totals afterwards.
+struct PushDecision: Sendable {
+    var outcome: PushOutcome
+    var writes: [(change: StampedChange, cursor: Int64)] = []
+    var state: CloudStoreState
+}
+
+/// The merge rule and the quotas, as the remote applies them: a pure decision over the rows a
+/// push touches, so that every storage (SQLite, memory, a network database) reads those rows,
+/// decides here, and writes the result in one transaction.
 enum CloudLedger {
-    static func push(_ changes: [StampedChange], into table: inout some CloudTable) throws -> PushOutcome {
-        var outcome = PushOutcome(cursorBefore: table.cursor)
-        var usage = table.usage
-        var cursor = table.cursor
-        let ledger = QuotaLedger(limits: table.limits)
+    /// Decides `changes` in order against `current` (the stored latest change of each key they
+    /// name) and the store's totals.
+    static func decide(_ changes: [StampedChange], current: [String: StampedChange], state: CloudStoreState) -> PushDecision {
+        var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
+        var latest = current
+        let ledger = QuotaLedger(limits: state.limits)
         for change in changes {
-            let current = try table.current(change.key)
+            let current = latest[change.key]
             if let current, current.stamp >= change.stamp {
-                outcome.accepted.append(change)  // a repeat, or superseded: the client fetches the winner
+                decision.outcome.accepted.append(change)  // a repeat, or superseded: the client fetches the winner
                 continue
             }
+            let usage = decision.state.usage
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(
                 bytes: usage.bytes + change.size - (current?.size ?? 0),
@@ -32,16 +41,17 @@ enum CloudLedger {
             do {
                 try check(change, ledger: ledger, before: usage, after: after)
             } catch {
-                outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
+                decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                 continue
             }
-            cursor += 1
-            usage = after
-            try table.record(change, cursor: cursor, usage: usage)
-            outcome.accepted.append(change)
+            decision.state.cursor += 1
+            decision.state.usage = after
+            decision.writes.append((change, decision.state.cursor))
+            latest[change.key] = change
+            decision.outcome.accepted.append(change)
         }
-        outcome.cursorAfter = cursor
-        return outcome
+        decision.outcome.cursorAfter = decision.state.cursor
+        return decision
     }
 
     /// What the remote checks itself, trusting nothing the client measured: the name, the

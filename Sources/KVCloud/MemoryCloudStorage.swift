@@ -23,10 +23,16 @@ public final class MemoryCloudStorage: CloudStorage {
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         return stores.withLock { stores in
-            var table = Table(rows: stores[store] ?? StoreRows())
-            let outcome = (try? CloudLedger.push(changes, into: &table)) ?? PushOutcome()
-            stores[store] = table.rows
-            return outcome
+            var rows = stores[store] ?? StoreRows()
+            var current = [String: StampedChange]()
+            for change in changes { current[change.key] = rows.latest[change.key]?.change }
+            let decision = CloudLedger.decide(changes, current: current,
+                                              state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor))
+            for (change, cursor) in decision.writes { rows.latest[change.key] = (change, cursor) }
+            rows.usage = decision.state.usage
+            rows.cursor = decision.state.cursor
+            stores[store] = rows
+            return decision.outcome
         }
     }
 
@@ -50,20 +56,5 @@ public final class MemoryCloudStorage: CloudStorage {
     public func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) {
         try StoreName.check(store)
         stores.withLock { $0[store, default: StoreRows()].limits = limits }
-    }
-
-    private struct Table: CloudTable {
-        var rows: StoreRows
-        var limits: QuotaLimits { rows.limits }
-        var usage: QuotaUsage { rows.usage }
-        var cursor: Int64 { rows.cursor }
-
-        func current(_ key: String) -> StampedChange? { rows.latest[key]?.change }
-
-        mutating func record(_ change: StampedChange, cursor: Int64, usage: QuotaUsage) {
-            rows.latest[change.key] = (change, cursor)
-            rows.cursor = cursor
-            rows.usage = usage
-        }
     }
 }

@@ -71,8 +71,10 @@ public final class SQLiteCloudStorage: CloudStorage {
         try StoreName.check(store)
         return try run {
             try self.database.write { db in
-                var table = try Table(db: db, store: store)
-                return try CloudLedger.push(changes, into: &table)
+                let table = try Table(db: db, store: store)
+                let decision = CloudLedger.decide(changes, current: try table.current(Set(changes.map(\.key))), state: table.state)
+                try table.apply(decision)
+                return decision.outcome
             }
         }
     }
@@ -133,12 +135,10 @@ public final class SQLiteCloudStorage: CloudStorage {
     }
 
     /// One store's rows inside a write transaction; the store's row is created on first use.
-    private struct Table: CloudTable {
+    private struct Table {
         let db: Database
         let store: String
-        let limits: QuotaLimits
-        var usage: QuotaUsage
-        var cursor: Int64
+        let state: CloudStoreState
 
         init(db: Database, store: String) throws {
             self.db = db
@@ -151,9 +151,8 @@ public final class SQLiteCloudStorage: CloudStorage {
                     """, arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
             }
             let row = try Row.fetchOne(db, sql: "SELECT cursor, bytes, keys FROM cloudStore WHERE id = ?", arguments: [store])!
-            limits = try Self.limits(db: db, store: store) ?? .modelled
-            usage = QuotaUsage(bytes: row["bytes"], keys: row["keys"])
-            cursor = row["cursor"]
+            state = CloudStoreState(limits: try Self.limits(db: db, store: store) ?? .modelled,
+                                    usage: QuotaUsage(bytes: row["bytes"], keys: row["keys"]), cursor: row["cursor"])
         }
 
         static func limits(db: Database, store: String) throws -> QuotaLimits? {
@@ -161,24 +160,31 @@ public final class SQLiteCloudStorage: CloudStorage {
             return QuotaLimits(totalBytes: row["totalBytes"], valueBytes: row["valueBytes"], keys: row["maxKeys"], keyNameBytes: row["keyNameBytes"])
         }
 
-        func current(_ key: String) throws -> StampedChange? {
+        /// The stored latest change of each of `keys` that has one.
+        func current(_ keys: Set<String>) throws -> [String: StampedChange] {
             let statement = try db.cachedStatement(sql: """
                 SELECT key, value, type, time, counter, device FROM cloudChange WHERE store = ? AND key = ?
                 """)
-            return try Row.fetchOne(statement, arguments: [store, key]).map(SQLiteCloudStorage.change)
+            var rows = [String: StampedChange]()
+            for key in keys {
+                if let row = try Row.fetchOne(statement, arguments: [store, key]) { rows[key] = SQLiteCloudStorage.change(row) }
+            }
+            return rows
         }
 
-        mutating func record(_ change: StampedChange, cursor: Int64, usage: QuotaUsage) throws {
-            try db.execute(sql: """
+        func apply(_ decision: PushDecision) throws {
+            guard !decision.writes.isEmpty else { return }
+            let upsert = try db.cachedStatement(sql: """
                 INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                     counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
-                """, arguments: [store, change.key, change.value, change.type?.rawValue, change.stamp.time,
-                                 change.stamp.counter, change.stamp.device, cursor])
+                """)
+            for (change, cursor) in decision.writes {
+                try upsert.execute(arguments: [store, change.key, change.value, change.type?.rawValue, change.stamp.time,
+                                               change.stamp.counter, change.stamp.device, cursor])
+            }
             try db.execute(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?",
-                           arguments: [cursor, usage.bytes, usage.keys, store])
-            self.cursor = cursor
-            self.usage = usage
+                           arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
         }
     }
 }
