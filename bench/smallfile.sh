@@ -16,24 +16,14 @@ repo=$(cd "$here/.." && pwd)
 anchors=${KVSFS_ANCHORS:-$repo/../shared/bench}
 [ -f "$anchors/memfs_ll.c" ] || { echo "bench: the anchors are not at $anchors (set KVSFS_ANCHORS)" >&2; exit 2; }
 
-work=$(mktemp -d /tmp/kvsfs-bench-XXXXXX)
-pids=()
-cleanup() {
-    for dir in "$work"/tmpfs "$work"/memfs "$work"/kvsfs; do
-        mountpoint -q "$dir" 2>/dev/null && { fusermount3 -u "$dir" 2>/dev/null || umount -l "$dir"; }
-    done
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$here/common.sh"
+bench_work bench
 
 cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
 cc -O2 -o "$work/smallfile_bench" "$anchors/smallfile_bench.c"
 (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
 kvsfs="$repo/.build/release/kvsfs"
 
-wait_mounted() { for _ in $(seq 200); do mountpoint -q "$1" && return 0; sleep 0.05; done; echo "bench: $1 did not mount" >&2; exit 1; }
 
 mkdir -p "$work"/{tmpfs,memfs,kvsfs,data}
 mount -t tmpfs tmpfs "$work/tmpfs"

@@ -13,17 +13,8 @@ changes=${1:-1000}; keys=${2:-50}; via=${3:-file}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 
-work=$(mktemp -d /tmp/kvsfs-syncbench-XXXXXX)
-pids=()
-cleanup() {
-    for dir in "$work"/a "$work"/b "$work"/c; do
-        mountpoint -q "$dir" 2>/dev/null && { fusermount3 -u "$dir" 2>/dev/null || umount -l "$dir"; }
-    done
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+source "$here/common.sh"
+bench_work syncbench
 
 cc -O2 -o "$work/propagation" "$here/propagation.c"
 (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
@@ -39,7 +30,6 @@ if [ "$via" = server ]; then
     access=(--token-file "$work/token")
 fi
 
-wait_mounted() { for _ in $(seq 500); do mountpoint -q "$1" && return 0; sleep 0.01; done; echo "bench: $1 did not mount" >&2; exit 1; }
 mkdir -p "$work"/{a,b,c,data-a,data-b,data-c,cloud}
 "$kvsfs" mount "$work/a" --data-dir "$work/data-a" --remote "$remote" "${access[@]}" & pids+=($!)
 "$kvsfs" mount "$work/b" --data-dir "$work/data-b" --remote "$remote" "${access[@]}" & pids+=($!)

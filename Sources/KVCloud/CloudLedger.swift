@@ -66,12 +66,9 @@ enum CloudLedger {
     }
 }
 
-/// Store ids as both the local store and the remote accept them.
+/// Store ids: the local store's rule.
 enum StoreName {
     static func check(_ name: String) throws(CloudError) {
-        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-        guard !name.isEmpty, name.count <= 128, name.allSatisfy(allowed.contains), name != ".", name != ".." else {
-            throw .invalidStoreName(name)
-        }
+        guard StoreLocation.isValidStoreID(name) else { throw .invalidStoreName(name) }
     }
 }

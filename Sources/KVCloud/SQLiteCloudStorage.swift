@@ -150,14 +150,16 @@ public final class SQLiteCloudStorage: CloudStorage {
                     VALUES (?, 0, 0, 0, ?, ?, ?, ?)
                     """, arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
             }
-            let row = try Row.fetchOne(db, sql: "SELECT cursor, bytes, keys FROM cloudStore WHERE id = ?", arguments: [store])!
-            state = CloudStoreState(limits: try Self.limits(db: db, store: store) ?? .modelled,
-                                    usage: QuotaUsage(bytes: row["bytes"], keys: row["keys"]), cursor: row["cursor"])
+            let row = try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store])!
+            state = CloudStoreState(limits: Self.limits(row), usage: QuotaUsage(bytes: row["bytes"], keys: row["keys"]), cursor: row["cursor"])
+        }
+
+        static func limits(_ row: Row) -> QuotaLimits {
+            QuotaLimits(totalBytes: row["totalBytes"], valueBytes: row["valueBytes"], keys: row["maxKeys"], keyNameBytes: row["keyNameBytes"])
         }
 
         static func limits(db: Database, store: String) throws -> QuotaLimits? {
-            guard let row = try Row.fetchOne(db, sql: "SELECT totalBytes, valueBytes, maxKeys, keyNameBytes FROM cloudStore WHERE id = ?", arguments: [store]) else { return nil }
-            return QuotaLimits(totalBytes: row["totalBytes"], valueBytes: row["valueBytes"], keys: row["maxKeys"], keyNameBytes: row["keyNameBytes"])
+            try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store]).map(limits)
         }
 
         /// The stored latest change of each of `keys` that has one.

@@ -228,16 +228,22 @@ public final class SyncEngine: Sendable {
     /// Fetches and applies what the remote accepted since the cursor. The very first fetch
     /// into this store is the initial sync.
     private func pull() async throws {
-        let reason: SyncEvent.Reason = store.setting(Self.cursorSetting) == nil ? .initialSync : .serverChange
-        var cursor = store.setting(Self.cursorSetting).flatMap { Int64($0) } ?? 0
+        let stored = store.setting(Self.cursorSetting).flatMap { Int64($0) }
+        let reason: SyncEvent.Reason = stored == nil ? .initialSync : .serverChange
+        var cursor = stored ?? 0
+        var recorded = stored != nil
         while true {
             let batch = try await remote.fetch(after: cursor)
-            let newer = batch.changes.filter { store.accepts($0) }
-            let confirmations = batch.changes.filter { !store.accepts($0) }
+            var newer = [StampedChange]()
+            var confirmations = [StampedChange]()
+            for change in batch.changes {
+                if store.accepts(change) { newer.append(change) } else { confirmations.append(change) }
+            }
             if !confirmations.isEmpty { try store.applyExternal(confirmations) }
             let changed = newer.isEmpty ? [] : await applier.apply(newer, mode: .merge)
-            if batch.cursor != cursor || store.setting(Self.cursorSetting) == nil {
+            if batch.cursor != cursor || !recorded {
                 try store.setSetting(Self.cursorSetting, to: String(batch.cursor))
+                recorded = true
             }
             cursor = batch.cursor
             knownRemoteCursor.store(cursor, ordering: .relaxed)

@@ -61,20 +61,13 @@ final class MountSync: Sendable {
 
     /// Runs `work` from a FUSE request thread, waiting for it; errors become the file system's.
     private static func wait(for work: @escaping @Sendable () async throws -> Void) throws {
-        let outcome = Mutex<(any Error)?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Task.detached {
-            do {
-                try await work()
-            } catch {
-                outcome.withLock { $0 = error }
-            }
-            done.signal()
+        do {
+            try waitFor(work)
+        } catch let error as RemoteError where error.retryAfter != nil {
+            throw FileSystemError.remoteBusy(error.description)
+        } catch {
+            throw FileSystemError.remoteUnreachable(String(describing: error))
         }
-        done.wait()
-        guard let error = outcome.withLock({ $0 }) else { return }
-        if let error = error as? RemoteError, error.retryAfter != nil { throw FileSystemError.remoteBusy(error.description) }
-        throw FileSystemError.remoteUnreachable(String(describing: error))
     }
 
     /// `user.kvsfs.sync` of the root: synced, pending N, or offline with the reason.

@@ -1,5 +1,4 @@
 import ArgumentParser
-import Dispatch
 import Foundation
 import Hummingbird
 import KVCloud
@@ -28,6 +27,16 @@ struct DatabaseOptions: ParsableArguments {
             return try AccountDirectory(path: path)
         } catch {
             throw CommandFailure("cannot open \(database): \(error)")
+        }
+    }
+
+    /// Runs `body` on the accounts; its refusal becomes the command's one-line error.
+    func withAccounts<T>(_ body: (AccountDirectory) throws(AccountError) -> T) throws -> T {
+        let directory = try accounts()
+        do {
+            return try body(directory)
+        } catch {
+            throw CommandFailure(error.description)
         }
     }
 }
@@ -99,11 +108,7 @@ struct Account: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            do {
-                print(try database.accounts().createAccount(name))
-            } catch let error as AccountError {
-                throw CommandFailure(error.description)
-            }
+            print(try database.withAccounts { accounts throws(AccountError) in try accounts.createAccount(name) })
         }
     }
 }
@@ -127,11 +132,9 @@ struct Token: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            do {
-                print(try database.accounts().createToken(account: account, store: store, readOnly: readOnly))
-            } catch let error as AccountError {
-                throw CommandFailure(error.description)
-            }
+            print(try database.withAccounts { accounts throws(AccountError) in
+                try accounts.createToken(account: account, store: store, readOnly: readOnly)
+            })
         }
     }
 
@@ -143,11 +146,7 @@ struct Token: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            do {
-                try database.accounts().revokeToken(token)
-            } catch let error as AccountError {
-                throw CommandFailure(error.description)
-            }
+            try database.withAccounts { accounts throws(AccountError) in try accounts.revokeToken(token) }
         }
     }
 
@@ -159,26 +158,10 @@ struct Token: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            do {
-                for token in try database.accounts().tokens(of: account) {
-                    let scope = (token.scope.store ?? "*") + (token.scope.readOnly ? " read-only" : " read-write")
-                    print("\(token.id)\t\(scope)\t\(token.revoked ? "revoked" : "active")")
-                }
-            } catch let error as AccountError {
-                throw CommandFailure(error.description)
+            for token in try database.withAccounts({ accounts throws(AccountError) in try accounts.tokens(of: account) }) {
+                let scope = (token.scope.store ?? "*") + (token.scope.readOnly ? " read-only" : " read-write")
+                print("\(token.id)\t\(scope)\t\(token.revoked ? "revoked" : "active")")
             }
         }
     }
-}
-
-/// Runs async `work` from a synchronous command and waits for it.
-func waitFor(_ work: @escaping @Sendable () async throws -> Void) throws {
-    let failure = Mutex<(any Error)?>(nil)
-    let done = DispatchSemaphore(value: 0)
-    Task.detached {
-        do { try await work() } catch { failure.withLock { $0 = error } }
-        done.signal()
-    }
-    done.wait()
-    if let error = failure.withLock({ $0 }) { throw error }
 }

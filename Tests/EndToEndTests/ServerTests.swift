@@ -21,10 +21,6 @@ struct ServerTests {
         try body(server, token, a, b, dir)
     }
 
-    private func waitFor(_ condition: String) -> String {
-        "for i in $(seq 500); do \(condition) && break; sleep 0.02; done"
-    }
-
     @Test("a change on one mount reaches the other through the server, with its inotify events and reason")
     func propagate() throws {
         try withServerAndMounts { (server, _, a, b, dir) throws in
@@ -34,9 +30,9 @@ struct ServerTests {
                 watcher=$!
                 sleep 0.3
                 echo hello > \(a.path("k"))
-                \(waitFor("grep -q hello \(b.path("k")) 2>/dev/null"))
+                \(shellWait(until: "grep -q hello \(b.path("k")) 2>/dev/null"))
                 rm \(a.path("k"))
-                \(waitFor("! test -e \(b.path("k"))"))
+                \(shellWait(until: "! test -e \(b.path("k"))"))
                 sleep 0.2
                 kill $watcher; wait
                 cat \(dir.path)/inotify
@@ -62,7 +58,7 @@ struct ServerTests {
             try server.start()
             let after = try shell("""
                 \(kvsfsBinary) sync \(a.mountpoint); echo "up-sync=$?"
-                \(waitFor("test -e \(b.path("k"))"))
+                \(shellWait(until: "test -e \(b.path("k"))"))
                 \(kvsfsBinary) get \(b.path("k"))
                 """, timeout: 60)
             #expect(after.standardOutput.contains("up-sync=0"), "\(after)")
@@ -133,7 +129,7 @@ struct ServerTests {
             let result = try shell("""
                 \(kvsfsBinary) sync \(c.mountpoint); echo "sync=$?"
                 \(kvsfsBinary) set \(a.path("service-url")) -string https://example.net/v2
-                \(waitFor("test -e \(c.path("service-url"))"))
+                \(shellWait(until: "test -e \(c.path("service-url"))"))
                 \(kvsfsBinary) get \(c.path("service-url"))
                 echo local > \(c.path("mine")); echo "create=$?"
                 /bin/echo changed > \(c.path("service-url")); echo "overwrite=$?"

@@ -23,11 +23,6 @@ struct SyncMountTests {
         try body(a, b, dir)
     }
 
-    /// Shell lines that wait (up to 10 s) until `condition` holds.
-    private func waitFor(_ condition: String) -> String {
-        "for i in $(seq 500); do \(condition) && break; sleep 0.02; done"
-    }
-
     @Test("inotifywait on B sees creates, overwrites, editor saves and deletes made on A; the event stream gives their reason")
     func eventsForExternalChanges() throws {
         try withTwoMounts { (a, b, dir) throws in
@@ -41,15 +36,15 @@ struct SyncMountTests {
                 sleep 0.5
                 cd \(a.mountpoint)
                 echo hello > k
-                \(waitFor("grep -q hello \(b.path("k")) 2>/dev/null"))
+                \(shellWait(until: "grep -q hello \(b.path("k")) 2>/dev/null"))
                 printf world > k
-                \(waitFor("grep -q world \(b.path("k"))"))
+                \(shellWait(until: "grep -q world \(b.path("k"))"))
                 sed -i 's/world/sedded/' k
-                \(waitFor("grep -q sedded \(b.path("k"))"))
+                \(shellWait(until: "grep -q sedded \(b.path("k"))"))
                 HOME=\(dir.path) vim -es -N -u NONE -i NONE -c '%s/sedded/vimmed/' -c 'wq' k
-                \(waitFor("grep -q vimmed \(b.path("k"))"))
+                \(shellWait(until: "grep -q vimmed \(b.path("k"))"))
                 rm k
-                \(waitFor("! test -e \(b.path("k"))"))
+                \(shellWait(until: "! test -e \(b.path("k"))"))
                 sleep 0.3
                 kill $watcher $stream
                 wait
@@ -88,7 +83,7 @@ struct SyncMountTests {
                 \(kvsfsBinary) sync \(b.mountpoint); echo "online-sync=$?"
                 echo "synced=$(getfattr --only-values -n user.kvsfs.sync \(b.path("fromB")))"
                 \(kvsfsBinary) get \(b.path("fromA"))
-                \(waitFor("test -e \(a.path("fromB"))"))
+                \(shellWait(until: "test -e \(a.path("fromB"))"))
                 \(kvsfsBinary) get \(a.path("fromB"))
                 timeout 1 \(kvsfsBinary) events --all \(b.mountpoint)
                 """, timeout: 60)
@@ -144,7 +139,7 @@ struct SyncMountTests {
             defer { restarted.stop() }
             let result = try shell("""
                 \(kvsfsBinary) sync \(restarted.mountpoint); echo "sync=$?"
-                \(waitFor("test -e \(a.path("k"))"))
+                \(shellWait(until: "test -e \(a.path("k"))"))
                 \(kvsfsBinary) get \(a.path("k"))
                 """, timeout: 60)
             #expect(result.standardOutput == "sync=0\nsurvivor\n", "\(result)")

@@ -84,6 +84,11 @@ public var productsDirectory: URL {
 
 public var kvsfsBinary: String { productsDirectory.appendingPathComponent("kvsfs").path }
 
+/// Shell lines that wait (up to 10 s) until the shell `condition` holds.
+public func shellWait(until condition: String) -> String {
+    "for i in $(seq 500); do \(condition) && break; sleep 0.02; done"
+}
+
 /// A `kvsfs mount` daemon started from the built binary.
 public final class DaemonMount: @unchecked Sendable {
     public let mountpoint: String
