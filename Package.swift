@@ -15,6 +15,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
     ],
     targets: [
         .systemLibrary(
@@ -29,18 +32,28 @@ let package = Package(
         .target(name: "KVSync", dependencies: [
             "KVStore", "KVCloud",
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         .target(name: "KVServer", dependencies: [
             "KVStore", "KVCloud",
             .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdCore", package: "hummingbird"),
+            .product(name: "HummingbirdTLS", package: "hummingbird"),
             .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
             .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "Prometheus", package: "swift-prometheus"),
+        ]),
+        .target(name: "KVPostgres", dependencies: [
+            "KVStore", "KVCloud", "KVServer",
+            .product(name: "PostgresNIO", package: "postgres-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(
             name: "kvsfs",
             dependencies: [
-                "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync", "KVServer",
+                "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync", "KVServer", "KVPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

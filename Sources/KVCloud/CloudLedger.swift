@@ -2,28 +2,34 @@ import Foundation
 import KVStore
 
 /// A store's totals as a push finds them (and leaves them).
-struct CloudStoreState: Sendable {
-    var limits: QuotaLimits
-    var usage: QuotaUsage
+package struct CloudStoreState: Sendable {
+    package var limits: QuotaLimits
+    package var usage: QuotaUsage
     /// The cursor of the store's newest accepted change.
-    var cursor: Int64
+    package var cursor: Int64
+
+    package init(limits: QuotaLimits, usage: QuotaUsage, cursor: Int64) {
+        self.limits = limits
+        self.usage = usage
+        self.cursor = cursor
+    }
 }
 
 /// What a push does: the answer, the rows to write (each change with the cursor it is
 /// accepted at) and the store's totals afterwards.
-struct PushDecision: Sendable {
-    var outcome: PushOutcome
-    var writes: [(change: StampedChange, cursor: Int64)] = []
-    var state: CloudStoreState
+package struct PushDecision: Sendable {
+    package var outcome: PushOutcome
+    package var writes: [(change: StampedChange, cursor: Int64)] = []
+    package var state: CloudStoreState
 }
 
 /// The merge rule and the quotas, as the remote applies them: a pure decision over the rows a
 /// push touches, so that every storage (SQLite, memory, a network database) reads those rows,
 /// decides here, and writes the result in one transaction.
-enum CloudLedger {
+package enum CloudLedger {
     /// Decides `changes` in order against `current` (the stored latest change of each key they
     /// name) and the store's totals.
-    static func decide(_ changes: [StampedChange], current: [String: StampedChange], state: CloudStoreState) -> PushDecision {
+    package static func decide(_ changes: [StampedChange], current: [String: StampedChange], state: CloudStoreState) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
         var latest = current
         let ledger = QuotaLedger(limits: state.limits)
@@ -67,8 +73,8 @@ enum CloudLedger {
 }
 
 /// Store ids: the local store's rule.
-enum StoreName {
-    static func check(_ name: String) throws(CloudError) {
+package enum StoreName {
+    package static func check(_ name: String) throws(CloudError) {
         guard StoreLocation.isValidStoreID(name) else { throw .invalidStoreName(name) }
     }
 }

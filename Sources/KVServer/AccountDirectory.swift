@@ -9,6 +9,12 @@ public struct TokenScope: Sendable, Equatable {
     public var store: String?
     public var readOnly: Bool
 
+    public init(account: String, store: String?, readOnly: Bool) {
+        self.account = account
+        self.store = store
+        self.readOnly = readOnly
+    }
+
     /// Whether the token may read `store` of `account`.
     public func canRead(account: String, store: String) -> Bool {
         account == self.account && (self.store == nil || self.store == store)
@@ -25,6 +31,13 @@ public struct TokenInfo: Sendable, Equatable {
     public var scope: TokenScope
     public var createdAt: Date
     public var revoked: Bool
+
+    public init(id: String, scope: TokenScope, createdAt: Date, revoked: Bool) {
+        self.id = id
+        self.scope = scope
+        self.createdAt = createdAt
+        self.revoked = revoked
+    }
 }
 
 public enum AccountError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -45,12 +58,83 @@ public enum AccountError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// Accounts and their tokens, kept in the server's database. A token is shown once, when it
-/// is made; only the SHA-256 of its secret is stored. Every check reads the database, so a
-/// revoked token stops working at once, on every server instance.
+/// Accounts and their tokens, kept in the server's storage. A token is shown once, when it is
+/// made; only the SHA-256 of its secret is stored. Every check reads the storage, so a revoked
+/// token stops working at once, on every server instance.
 ///
 /// A token reads `kvs_<id>_<secret>`: the id names its row, the secret proves it.
-public final class AccountDirectory: Sendable {
+public struct AccountDirectory: Sendable {
+    public let storage: any AccountStorage
+
+    public init(storage: any AccountStorage) {
+        self.storage = storage
+    }
+
+    /// Makes an account and its first token (full access to the account's stores).
+    public func createAccount(_ name: String) async throws(AccountError) -> String {
+        guard Self.isValidName(name) else { throw .invalidName(name) }
+        try await storage.addAccount(name, at: Date())
+        return try await createToken(account: name, store: nil, readOnly: false)
+    }
+
+    /// Makes a token for `account`, limited to `store` and to reading if asked.
+    public func createToken(account: String, store: String?, readOnly: Bool) async throws(AccountError) -> String {
+        guard try await storage.hasAccount(account) else { throw .noSuchAccount(account) }
+        let id = Self.randomText(bytes: 6)
+        let secret = Self.randomText(bytes: 32)
+        try await storage.addToken(TokenRecord(
+            id: id, secretHash: Self.hash(secret), scope: TokenScope(account: account, store: store, readOnly: readOnly), createdAt: Date()))
+        return "kvs_\(id)_\(secret)"
+    }
+
+    /// Revokes a token by its id (the part after `kvs_`) or by the whole token.
+    public func revokeToken(_ idOrToken: String) async throws(AccountError) {
+        let id = Self.parse(idOrToken)?.id ?? idOrToken
+        guard try await storage.revokeToken(id: id, at: Date()) else { throw .noSuchToken(id) }
+    }
+
+    public func tokens(of account: String) async throws(AccountError) -> [TokenInfo] {
+        try await storage.tokens(of: account)
+    }
+
+    /// The scope of a presented token; nil for an unknown, wrong or revoked one.
+    public func scope(of token: String) async throws(AccountError) -> TokenScope? {
+        guard let (id, secret) = Self.parse(token), let record = try await storage.activeToken(id: id),
+              Self.constantTimeEqual(record.secretHash, Self.hash(secret)) else { return nil }
+        return record.scope
+    }
+
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.count <= 32 && name.allSatisfy { $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_" || $0 == "-") }
+    }
+
+    private static func parse(_ token: String) -> (id: String, secret: String)? {
+        let parts = token.split(separator: "_", maxSplits: 2)
+        guard parts.count == 3, parts[0] == "kvs", !parts[1].isEmpty, !parts[2].isEmpty else { return nil }
+        return (String(parts[1]), String(parts[2]))
+    }
+
+    private static func hash(_ secret: String) -> String {
+        SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
+        let x = Array(a.utf8), y = Array(b.utf8)
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+
+    /// Random bytes as URL-safe base64 without padding.
+    private static func randomText(bytes count: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "-").replacingOccurrences(of: "=", with: "")
+    }
+}
+
+/// Accounts and tokens in tables of a SQLite file (the single-machine server's database).
+public final class SQLiteAccountStorage: AccountStorage {
     private let database: DatabasePool
 
     public init(path: String) throws(AccountError) {
@@ -80,44 +164,41 @@ public final class AccountDirectory: Sendable {
         }
     }
 
-    /// Makes an account and its first token (full access to the account's stores).
-    public func createAccount(_ name: String) throws(AccountError) -> String {
-        guard Self.isValidName(name) else { throw .invalidName(name) }
-        let exists = try run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false } }
-        if exists { throw .accountExists(name) }
-        try run { try self.database.write { db in try db.execute(sql: "INSERT INTO account (name, createdAt) VALUES (?, ?)", arguments: [name, Date()]) } }
-        return try createToken(account: name, store: nil, readOnly: false)
+    public func addAccount(_ name: String, at date: Date) async throws(AccountError) {
+        try run {
+            try self.database.write { db in
+                if try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false {
+                    throw AccountError.accountExists(name)
+                }
+                try db.execute(sql: "INSERT INTO account (name, createdAt) VALUES (?, ?)", arguments: [name, date])
+            }
+        }
     }
 
-    /// Makes a token for `account`, limited to `store` and to reading if asked.
-    public func createToken(account: String, store: String?, readOnly: Bool) throws(AccountError) -> String {
-        let exists = try run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [account]) ?? false } }
-        guard exists else { throw .noSuchAccount(account) }
-        let id = Self.randomText(bytes: 6)
-        let secret = Self.randomText(bytes: 32)
+    public func hasAccount(_ name: String) async throws(AccountError) -> Bool {
+        try run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false } }
+    }
+
+    public func addToken(_ token: TokenRecord) async throws(AccountError) {
         try run {
             try self.database.write { db in
                 try db.execute(sql: """
                     INSERT INTO token (id, account, secretHash, store, readOnly, createdAt) VALUES (?, ?, ?, ?, ?, ?)
-                    """, arguments: [id, account, Self.hash(secret), store, readOnly, Date()])
+                    """, arguments: [token.id, token.scope.account, token.secretHash, token.scope.store, token.scope.readOnly, token.createdAt])
             }
         }
-        return "kvs_\(id)_\(secret)"
     }
 
-    /// Revokes a token by its id (the part after `kvs_`) or by the whole token.
-    public func revokeToken(_ idOrToken: String) throws(AccountError) {
-        let id = Self.parse(idOrToken)?.id ?? idOrToken
-        let changed = try run {
-            try self.database.write { db -> Int in
-                try db.execute(sql: "UPDATE token SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", arguments: [Date(), id])
-                return db.changesCount
+    public func revokeToken(id: String, at date: Date) async throws(AccountError) -> Bool {
+        try run {
+            try self.database.write { db -> Bool in
+                try db.execute(sql: "UPDATE token SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", arguments: [date, id])
+                return db.changesCount > 0
             }
         }
-        if changed == 0 { throw .noSuchToken(id) }
     }
 
-    public func tokens(of account: String) throws(AccountError) -> [TokenInfo] {
+    public func tokens(of account: String) async throws(AccountError) -> [TokenInfo] {
         try run {
             try self.database.read { db in
                 try Row.fetchAll(db, sql: "SELECT * FROM token WHERE account = ? ORDER BY createdAt", arguments: [account]).map { row in
@@ -128,42 +209,16 @@ public final class AccountDirectory: Sendable {
         }
     }
 
-    /// The scope of a presented token; nil for an unknown, wrong or revoked one.
-    public func scope(of token: String) -> TokenScope? {
-        guard let (id, secret) = Self.parse(token) else { return nil }
-        let row = try? database.read { db in
-            try Row.fetchOne(db, sql: "SELECT account, secretHash, store, readOnly FROM token WHERE id = ? AND revokedAt IS NULL", arguments: [id])
+    public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
+        try run {
+            try self.database.read { db in
+                try Row.fetchOne(db, sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL", arguments: [id]).map { row in
+                    TokenRecord(id: row["id"], secretHash: row["secretHash"],
+                                scope: TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"]),
+                                createdAt: row["createdAt"])
+                }
+            }
         }
-        guard let row, Self.constantTimeEqual(row["secretHash"], Self.hash(secret)) else { return nil }
-        return TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"])
-    }
-
-    public static func isValidName(_ name: String) -> Bool {
-        !name.isEmpty && name.count <= 32 && name.allSatisfy { $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_" || $0 == "-") }
-    }
-
-    private static func parse(_ token: String) -> (id: String, secret: String)? {
-        let parts = token.split(separator: "_", maxSplits: 2)
-        guard parts.count == 3, parts[0] == "kvs", !parts[1].isEmpty, !parts[2].isEmpty else { return nil }
-        return (String(parts[1]), String(parts[2]))
-    }
-
-    private static func hash(_ secret: String) -> String {
-        SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
-    }
-
-    private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        let x = Array(a.utf8), y = Array(b.utf8)
-        guard x.count == y.count else { return false }
-        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
-    }
-
-    /// Random bytes as URL-safe base64 without padding.
-    private static func randomText(bytes count: Int) -> String {
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "-").replacingOccurrences(of: "=", with: "")
     }
 
     private func run<T>(_ body: () throws -> T) throws(AccountError) -> T {

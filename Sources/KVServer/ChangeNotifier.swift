@@ -2,35 +2,61 @@ import Foundation
 import Synchronization
 
 /// Wakes the requests waiting for a store's next change (long polls) when a push lands.
+///
+/// Each store has a version that every notification raises. A waiter reads the version
+/// first, then looks at the storage, then waits "since" that version: a change that lands
+/// between the look and the wait has raised the version, so the wait ends at once and no
+/// notification is missed.
 public final class ChangeNotifier: Sendable {
-    private let waiters = Mutex<[String: [UUID: CheckedContinuation<Void, Never>]]>([:])
-    private let closed = Atomic(false)
+    private struct State {
+        var versions: [String: UInt64] = [:]
+        var waiters: [String: [UUID: CheckedContinuation<Void, Never>]] = [:]
+        var closed = false
+    }
+
+    private let state = Mutex(State())
 
     public init() {}
 
     /// Ends every wait now and every later one at once: for a graceful shutdown, which waits
     /// for the requests in progress.
     public func close() {
-        closed.store(true, ordering: .relaxed)
-        let all = waiters.withLock { waiters in
-            defer { waiters = [:] }
-            return waiters.values.flatMap(\.values)
+        let all = state.withLock { state in
+            state.closed = true
+            defer { state.waiters = [:] }
+            return state.waiters.values.flatMap(\.values)
         }
         for continuation in all { continuation.resume() }
     }
 
     /// How many requests are waiting, over all stores.
-    public var waiting: Int { waiters.withLock { $0.values.reduce(0) { $0 + $1.count } } }
+    public var waiting: Int { state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } } }
+
+    public func version(of store: String) -> UInt64 {
+        state.withLock { $0.versions[store, default: 0] }
+    }
 
     public func notify(_ store: String) {
-        let woken = waiters.withLock { $0.removeValue(forKey: store) ?? [:] }
+        let woken = state.withLock { state in
+            state.versions[store, default: 0] &+= 1
+            return state.waiters.removeValue(forKey: store) ?? [:]
+        }
         for continuation in woken.values { continuation.resume() }
     }
 
-    /// Returns when `store` is notified, after `timeout`, or when the task is cancelled.
-    /// `ready` is asked once the waiter is registered: when it is already true (a change landed
-    /// just before), the wait ends at once, so that no notification is missed.
-    public func wait(for store: String, timeout: Duration, ready: @Sendable () -> Bool) async {
+    /// Wakes every waiter of every store (their changes may have been missed).
+    public func notifyAll() {
+        let woken = state.withLock { state in
+            for store in state.versions.keys { state.versions[store]! &+= 1 }
+            defer { state.waiters = [:] }
+            return state.waiters.values.flatMap(\.values)
+        }
+        for continuation in woken { continuation.resume() }
+    }
+
+    /// Returns when `store` is notified after `version` (at once if it was already), after
+    /// `timeout`, or when the task is cancelled.
+    public func wait(for store: String, since version: UInt64, timeout: Duration) async {
         let id = UUID()
         let timer = Task {
             try? await Task.sleep(for: timeout)
@@ -38,8 +64,16 @@ public final class ChangeNotifier: Sendable {
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                waiters.withLock { $0[store, default: [:]][id] = continuation }
-                if ready() || Task.isCancelled || closed.load(ordering: .relaxed) { resume(store, id) }
+                let waits = state.withLock { state in
+                    guard !state.closed, state.versions[store, default: 0] == version else { return false }
+                    state.waiters[store, default: [:]][id] = continuation
+                    return true
+                }
+                if !waits {
+                    continuation.resume()
+                } else if Task.isCancelled {
+                    resume(store, id)
+                }
             }
         } onCancel: {
             resume(store, id)
@@ -48,7 +82,7 @@ public final class ChangeNotifier: Sendable {
     }
 
     private func resume(_ store: String, _ id: UUID) {
-        let continuation = waiters.withLock { $0[store]?.removeValue(forKey: id) }
+        let continuation = state.withLock { $0.waiters[store]?.removeValue(forKey: id) }
         continuation?.resume()
     }
 }

@@ -1,5 +1,7 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import KVCloud
 import KVStore
 import Logging
@@ -18,7 +20,7 @@ import Logging
 ///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else when a
 ///                                                    change lands or after S seconds (at most 60)
 public struct SyncServer: Sendable {
-    public let storage: any CloudStorage
+    public let storage: any ServerStorage
     public let accounts: AccountDirectory
     public let notifier = ChangeNotifier()
     public let metrics = ServerMetrics()
@@ -27,10 +29,16 @@ public struct SyncServer: Sendable {
     public var maximumBody = 4 << 20
 
     /// `rateLimit`: requests per second per token (0: none).
-    public init(storage: any CloudStorage, accounts: AccountDirectory, rateLimit: Double = 0) {
+    public init(storage: any ServerStorage, rateLimit: Double = 0) {
         self.storage = storage
-        self.accounts = accounts
+        accounts = AccountDirectory(storage: storage.accounts)
         limiter = RateLimiter(rate: rateLimit)
+    }
+
+    /// Wakes this server's long polls for changes pushed through other servers sharing the
+    /// storage; runs until the task is cancelled.
+    public func followOtherServers() async {
+        await storage.followChanges({ notifier.notify($0) }, resync: { notifier.notifyAll() })
     }
 
     public func makeRouter() -> Router<BasicRequestContext> {
@@ -44,16 +52,16 @@ public struct SyncServer: Sendable {
                             body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
         router.get("/v1/whoami") { request, _ -> Response in
-            let scope = try authorize(request)
+            let scope = try await authorize(request)
             return try json(WhoAmI(account: scope.account, store: scope.store, readOnly: scope.readOnly))
         }
         router.get("/v1/{account}/{store}/identity") { request, context -> Response in
-            let (_, _) = try address(request, context, write: false)
+            let (_, _) = try await address(request, context, write: false)
             let account = try context.parameters.require("account")
-            return try json(["identity": try run { try storage.identity() } + "/" + account])
+            return try json(["identity": try await run { try await storage.identity() } + "/" + account])
         }
         router.post("/v1/{account}/{store}/changes") { request, context -> Response in
-            let (stored, _) = try address(request, context, write: true)
+            let (stored, _) = try await address(request, context, write: true)
             let body = try await request.body.collect(upTo: maximumBody)
             let push: PushRequest
             do {
@@ -62,7 +70,7 @@ public struct SyncServer: Sendable {
                 throw HTTPError(.badRequest, message: "the body is not a push: \(error)")
             }
             try validate(push.changes)
-            let outcome = try run { try storage.push(push.changes, to: stored) }
+            let outcome = try await run { try await storage.push(push.changes, to: stored) }
             if !outcome.accepted.isEmpty { notifier.notify(stored) }
             metrics.pushes.increment()
             metrics.accepted.increment(by: Int64(outcome.accepted.count))
@@ -72,35 +80,42 @@ public struct SyncServer: Sendable {
             return try json(outcome)
         }
         router.get("/v1/{account}/{store}/changes") { request, context -> Response in
-            let (stored, _) = try address(request, context, write: false)
+            let (stored, _) = try await address(request, context, write: false)
             let after = try number(request, "after", default: 0)
             let limit = Int(try number(request, "limit", default: 1000))
             guard (1...10_000).contains(limit) else { throw HTTPError(.badRequest, message: "limit must be 1 to 10000") }
-            return try json(try run { try storage.changes(in: stored, after: after, limit: limit) })
+            return try json(try await run { try await storage.changes(in: stored, after: after, limit: limit) })
         }
         router.get("/v1/{account}/{store}/cursor") { request, context -> Response in
-            let (stored, _) = try address(request, context, write: false)
+            let (stored, _) = try await address(request, context, write: false)
             let after = try number(request, "after", default: 0)
             let wait = try number(request, "wait", default: 0)
             guard (0...60).contains(wait) else { throw HTTPError(.badRequest, message: "wait must be 0 to 60 seconds") }
-            if wait > 0, try run({ try storage.cursor(of: stored) }) <= after {
-                await notifier.wait(for: stored, timeout: .seconds(wait)) {
-                    ((try? storage.cursor(of: stored)) ?? 0) > after
-                }
+            let seen = notifier.version(of: stored)
+            var cursor = try await run { try await storage.cursor(of: stored) }
+            if wait > 0, cursor <= after {
+                await notifier.wait(for: stored, since: seen, timeout: .seconds(wait))
+                cursor = try await run { try await storage.cursor(of: stored) }
             }
-            return try json(["cursor": try run { try storage.cursor(of: stored) }])
+            return try json(["cursor": cursor])
         }
         return router
     }
 
     // MARK: - Requests
 
-    private func authorize(_ request: Request) throws -> TokenScope {
+    private func authorize(_ request: Request) async throws -> TokenScope {
         guard let header = request.headers[.authorization] else {
             throw HTTPError(.unauthorized, message: "missing Authorization: Bearer TOKEN")
         }
         let token = String(header.dropFirst(7))
-        guard header.hasPrefix("Bearer "), let scope = accounts.scope(of: token) else {
+        let scope: TokenScope?
+        do {
+            scope = header.hasPrefix("Bearer ") ? try await accounts.scope(of: token) : nil
+        } catch {
+            throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: error.description)
+        }
+        guard let scope else {
             throw HTTPError(.unauthorized, message: "unknown or revoked token")
         }
         if let wait = limiter.admit(token) {
@@ -111,8 +126,8 @@ public struct SyncServer: Sendable {
     }
 
     /// The storage name of the addressed store, once the token may use it.
-    private func address(_ request: Request, _ context: BasicRequestContext, write: Bool) throws -> (String, TokenScope) {
-        let scope = try authorize(request)
+    private func address(_ request: Request, _ context: BasicRequestContext, write: Bool) async throws -> (String, TokenScope) {
+        let scope = try await authorize(request)
         let account = try context.parameters.require("account")
         let store = try context.parameters.require("store")
         guard AccountDirectory.isValidName(account), StoreLocation.isValidStoreID(store) else {
@@ -151,9 +166,9 @@ public struct SyncServer: Sendable {
     }
 
     /// Storage failures as HTTP: a bad store name is 404, anything else 503 with Retry-After.
-    private func run<T>(_ body: () throws -> T) throws -> T {
+    private func run<T>(_ body: () async throws -> T) async throws -> T {
         do {
-            return try body()
+            return try await body()
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
         } catch {
@@ -177,11 +192,51 @@ struct WhoAmI: Codable {
     var readOnly: Bool
 }
 
-/// Where the server keeps its data, from `--database`.
-public enum ServerDatabase {
-    /// The path of a `sqlite:///PATH` URL.
-    public static func sqlitePath(_ url: String) -> String? {
-        guard url.hasPrefix("sqlite:///") else { return nil }
-        return String(url.dropFirst("sqlite://".count))
+/// A certificate chain and its private key, PEM files, for HTTPS.
+public struct ServerCertificate: Sendable {
+    public var certificatePath: String
+    public var keyPath: String
+
+    public init(certificatePath: String, keyPath: String) {
+        self.certificatePath = certificatePath
+        self.keyPath = keyPath
+    }
+
+    /// Reads both files; a clear error when either is missing or not PEM.
+    func tlsConfiguration() throws -> TLSConfiguration {
+        let chain: [NIOSSLCertificate]
+        let key: NIOSSLPrivateKey
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificatePath)
+        } catch {
+            throw ServerSetupError("cannot read the certificate \(certificatePath): \(error)")
+        }
+        do {
+            key = try NIOSSLPrivateKey(file: keyPath, format: .pem)
+        } catch {
+            throw ServerSetupError("cannot read the private key \(keyPath): \(error)")
+        }
+        guard !chain.isEmpty else { throw ServerSetupError("no certificate in \(certificatePath)") }
+        return TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+    }
+}
+
+public struct ServerSetupError: Error, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+extension SyncServer {
+    /// The HTTP (or, given a certificate, HTTPS) application serving this server on host:port.
+    public func application(host: String, port: Int, certificate: ServerCertificate?, logger: Logger) throws -> some ApplicationProtocol {
+        let builder: HTTPServerBuilder = if let certificate {
+            try .tls(.http1(), tlsConfiguration: certificate.tlsConfiguration())
+        } else {
+            .http1()
+        }
+        return Application(
+            router: makeRouter(), server: builder,
+            configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs"),
+            logger: logger)
     }
 }

@@ -4,6 +4,7 @@ import KVCloud
 import KVStore
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import Synchronization
 
 /// A remote reached over HTTP: a `kvsfs serve` server (see its protocol in `SyncServer`).
@@ -63,12 +64,35 @@ public final class HTTPRemote: Remote {
 
     /// The process's client: a connection that cannot be made fails the request at once (the
     /// sync engine retries with its own backoff), instead of being retried until a deadline.
-    public static let client: HTTPClient = {
+    public static let client = makeClient()
+
+    /// A client like `client` that also trusts the CA certificates in `caFile` (PEM) for
+    /// https remotes, besides the system's. Like `client`, it lives as long as the process.
+    public static func client(trusting caFile: String) throws -> HTTPClient {
+        do {
+            _ = try NIOSSLCertificate.fromPEMFile(caFile)
+        } catch {
+            throw RemoteError.refused("cannot read the CA certificate \(caFile): \(error)")
+        }
+        return trustingClients.withLock { clients in
+            if let client = clients[caFile] { return client }
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.additionalTrustRoots = [.file(caFile)]
+            let client = makeClient(tls: tls)
+            clients[caFile] = client
+            return client
+        }
+    }
+
+    private static let trustingClients = Mutex<[String: HTTPClient]>([:])
+
+    private static func makeClient(tls: TLSConfiguration? = nil) -> HTTPClient {
         var configuration = HTTPClient.Configuration()
         configuration.connectionPool.retryConnectionEstablishment = false
         configuration.timeout.connect = .seconds(5)
+        if let tls { configuration.tlsConfiguration = tls }
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
-    }()
+    }
 
     private struct PushBody: Encodable { var changes: [StampedChange] }
     private struct WhoAmI: Decodable {

@@ -39,6 +39,9 @@ struct Mount: ParsableCommand {
     @Option(name: .customLong("token-file"), help: "A file holding the sync server's token (else $KVSFS_TOKEN).")
     var tokenFile: String?
 
+    @Option(name: .customLong("tls-ca"), help: "Trust the CA certificate(s) in this PEM file for an https remote, besides the system's.")
+    var tlsCA: String?
+
     func validate() throws {
         guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
         for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
@@ -110,7 +113,12 @@ struct Mount: ParsableCommand {
             // The file remote belongs to the same user: --quota-* set its limits too.
             return CloudRemote.file(path: path, store: store.storeID, limits: limits)
         }
-        return HTTPRemote(url: url, store: store.storeID, token: try token())
+        guard let tlsCA else { return HTTPRemote(url: url, store: store.storeID, token: try token()) }
+        do {
+            return HTTPRemote(url: url, store: store.storeID, token: try token(), client: try HTTPRemote.client(trusting: tlsCA))
+        } catch let error as RemoteError {
+            throw CommandFailure(error.description)
+        }
     }
 
     /// The server token, from --token-file or $KVSFS_TOKEN (never from the command line,

@@ -2,41 +2,59 @@ import ArgumentParser
 import Foundation
 import Hummingbird
 import KVCloud
+import KVPostgres
 import KVServer
 import Logging
 import Synchronization
 
 /// Options naming the server's database.
 struct DatabaseOptions: ParsableArguments {
-    @Option(help: "Where the server keeps its data: sqlite:///path/db.sqlite.")
+    @Option(help: ArgumentHelp(
+        "Where the server keeps its data: sqlite:///path/db.sqlite, or postgres://USER@HOST[:PORT]/DATABASE.",
+        discussion: "A PostgreSQL password is read from PGPASSWORD when the URL has none."))
     var database: String
 
     func validate() throws {
-        if database.hasPrefix("postgres://") || database.hasPrefix("postgresql://") {
-            throw ValidationError("PostgreSQL is not supported by this version: use sqlite:///path/db.sqlite")
-        }
-        guard ServerDatabase.sqlitePath(database) != nil else {
-            throw ValidationError("--database must be sqlite:///absolute/path")
+        if PostgresLocation.isPostgresURL(database) {
+            do {
+                _ = try PostgresLocation(url: database)
+            } catch {
+                throw ValidationError("--database: \(error.description)")
+            }
+        } else if sqlitePath == nil {
+            throw ValidationError("--database must be sqlite:///absolute/path or postgres://USER@HOST[:PORT]/DATABASE")
         }
     }
 
-    var path: String { ServerDatabase.sqlitePath(database)! }
+    private var sqlitePath: String? {
+        database.hasPrefix("sqlite:///") ? String(database.dropFirst("sqlite://".count)) : nil
+    }
 
-    func accounts() throws -> AccountDirectory {
+    /// Opens the database (creating its tables when new).
+    func open(logger: Logger) async throws -> any ServerStorage {
         do {
-            return try AccountDirectory(path: path)
-        } catch {
-            throw CommandFailure("cannot open \(database): \(error)")
+            if let path = sqlitePath { return try SQLiteServerStorage(path: path) }
+            return try await PostgresServerStorage.open(try PostgresLocation(url: database), logger: logger)
+        } catch let error as CloudError {
+            guard case .unavailable(let reason) = error else { throw CommandFailure(error.description) }
+            throw CommandFailure("cannot open the database: \(reason)")
         }
     }
 
     /// Runs `body` on the accounts; its refusal becomes the command's one-line error.
-    func withAccounts<T>(_ body: (AccountDirectory) throws(AccountError) -> T) throws -> T {
-        let directory = try accounts()
-        do {
-            return try body(directory)
-        } catch {
-            throw CommandFailure(error.description)
+    func withAccounts<T: Sendable>(_ body: @escaping @Sendable (AccountDirectory) async throws(AccountError) -> T) throws -> T {
+        try waitFor {
+            var logger = Logger(label: "kvsfs")
+            logger.logLevel = .critical
+            let storage = try await open(logger: logger)
+            let result: Result<T, AccountError>
+            do throws(AccountError) {
+                result = .success(try await body(AccountDirectory(storage: storage.accounts)))
+            } catch {
+                result = .failure(error)
+            }
+            await storage.close()
+            return try result.mapError { CommandFailure($0.description) }.get()
         }
     }
 }
@@ -54,9 +72,16 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Requests per second per token, in bursts of twice that (0: no limit).")
     var rateLimit: Double = 1000
 
+    @Option(name: .customLong("tls-cert"), help: "Serve HTTPS with this certificate chain (PEM); needs --tls-key.")
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: "The private key (PEM) of --tls-cert.")
+    var tlsKey: String?
+
     func validate() throws {
         guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 or more") }
+        guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
     }
 
     private var address: (host: String, port: Int)? {
@@ -66,30 +91,36 @@ struct Serve: ParsableCommand {
     }
 
     func run() throws {
-        let storage: SQLiteCloudStorage
-        do {
-            storage = try SQLiteCloudStorage(path: database.path)
-        } catch {
-            throw CommandFailure("cannot open \(database.database): \(error)")
-        }
-        let server = SyncServer(storage: storage, accounts: try database.accounts(), rateLimit: rateLimit)
         var logger = Logger(label: "kvsfs.serve")
         logger.logLevel = .info
         let (host, port) = address!
-        let app = Application(
-            router: server.makeRouter(),
-            configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs"),
-            logger: logger)
-        // A graceful shutdown waits for the requests in progress: end the long polls at once.
-        let shutdown = [SIGTERM, SIGINT].map { signalNumber in
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { server.notifier.close() }
-            source.resume()
-            return source
+        let certificate = tlsCertificate.map { ServerCertificate(certificatePath: $0, keyPath: tlsKey!) }
+        try waitFor { [database, rateLimit, logger] in
+            let storage = try await database.open(logger: logger)
+            let server = SyncServer(storage: storage, rateLimit: rateLimit)
+            let app: any ApplicationProtocol
+            do {
+                app = try server.application(host: host, port: port, certificate: certificate, logger: logger)
+            } catch {
+                await storage.close()
+                throw CommandFailure(String(describing: error))
+            }
+            // A graceful shutdown waits for the requests in progress: end the long polls at once.
+            let shutdown = [SIGTERM, SIGINT].map { signalNumber in
+                signal(signalNumber, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+                source.setEventHandler { server.notifier.close() }
+                source.resume()
+                return source
+            }
+            let follower = Task { await server.followOtherServers() }
+            defer { follower.cancel() }
+            try await app.runService()
+            follower.cancel()
+            await follower.value
+            await storage.close()
+            withExtendedLifetime(shutdown) {}
         }
-        try waitFor { try await app.runService() }
-        withExtendedLifetime(shutdown) {}
     }
 }
 
@@ -108,7 +139,7 @@ struct Account: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            print(try database.withAccounts { accounts throws(AccountError) in try accounts.createAccount(name) })
+            print(try database.withAccounts { [name] accounts throws(AccountError) in try await accounts.createAccount(name) })
         }
     }
 }
@@ -132,8 +163,8 @@ struct Token: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            print(try database.withAccounts { accounts throws(AccountError) in
-                try accounts.createToken(account: account, store: store, readOnly: readOnly)
+            print(try database.withAccounts { [account, store, readOnly] accounts throws(AccountError) in
+                try await accounts.createToken(account: account, store: store, readOnly: readOnly)
             })
         }
     }
@@ -146,7 +177,7 @@ struct Token: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            try database.withAccounts { accounts throws(AccountError) in try accounts.revokeToken(token) }
+            try database.withAccounts { [token] accounts throws(AccountError) in try await accounts.revokeToken(token) }
         }
     }
 
@@ -158,7 +189,7 @@ struct Token: ParsableCommand {
         @OptionGroup var database: DatabaseOptions
 
         func run() throws {
-            for token in try database.withAccounts({ accounts throws(AccountError) in try accounts.tokens(of: account) }) {
+            for token in try database.withAccounts({ [account] accounts throws(AccountError) in try await accounts.tokens(of: account) }) {
                 let scope = (token.scope.store ?? "*") + (token.scope.readOnly ? " read-only" : " read-write")
                 print("\(token.id)\t\(scope)\t\(token.revoked ? "revoked" : "active")")
             }

@@ -190,7 +190,7 @@ struct DocumentationTests {
         for command in ["mount", "get", "set", "delete", "sync", "events", "serve", "account create", "token create", "token revoke", "token list"] {
             #expect(rendered.contains("kvsfs \(command)"), "kvsfs \(command)")
             let help = try run(kvsfsBinary, command.split(separator: " ").map(String.init) + ["--help"]).standardOutput
-            let options = Set(help.split(whereSeparator: { " ,\n[]<>|=".contains($0) }).filter {
+            let options = Set(help.split(whereSeparator: { " ,.;()\n[]<>|=".contains($0) }).filter {
                 $0.hasPrefix("--") && $0.count > 2 && $0 != "--help" && $0 != "--version"
             })
             for option in options {

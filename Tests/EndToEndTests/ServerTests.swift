@@ -2,28 +2,35 @@ import Foundation
 import KVTestSupport
 import Testing
 
-/// Mounts syncing through a real `kvsfs serve` on loopback (SQLite database).
+/// Mounts syncing through a real `kvsfs serve` on loopback, on SQLite and on PostgreSQL.
 @Suite("The sync server", .serialized)
 struct ServerTests {
     /// A server with account alice, and mounts A and B of alice's store `default` through it.
-    private func withServerAndMounts(_ body: (ServerProcess, String, DaemonMount, DaemonMount, TemporaryDirectory) throws -> Void) throws {
+    private func withServerAndMounts(_ backend: ServerBackend = .sqlite,
+                                     _ body: (ServerProcess, String, DaemonMount, DaemonMount, TemporaryDirectory) throws -> Void) throws {
         let dir = TemporaryDirectory("kvsfs-server")
         defer { dir.remove() }
-        let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite")
+        let database = try TestDatabase(backend, in: dir)
+        defer { database.remove() }
+        let server = try ServerProcess(database: database.url)
         defer { server.stop() }
         let token = try server.admin(["account", "create", "alice"])
         try token.write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
-        let remote = ["--remote", server.url, "--token-file", dir.path + "/token"]
-        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        let a = try mount("a", of: server, tokenFile: dir.path + "/token", in: dir)
         defer { a.stop() }
-        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
+        let b = try mount("b", of: server, tokenFile: dir.path + "/token", in: dir)
         defer { b.stop() }
         try body(server, token, a, b, dir)
     }
 
-    @Test("a change on one mount reaches the other through the server, with its inotify events and reason")
-    func propagate() throws {
-        try withServerAndMounts { (server, _, a, b, dir) throws in
+    private func mount(_ name: String, of server: ServerProcess, tokenFile: String, in dir: TemporaryDirectory, extraArguments: [String] = []) throws -> DaemonMount {
+        try DaemonMount(mountpoint: dir.subdirectory(name), dataDirectory: dir.subdirectory("data-" + name),
+                        extraArguments: ["--remote", server.url, "--token-file", tokenFile] + extraArguments)
+    }
+
+    @Test("a change on one mount reaches the other through the server, with its inotify events and reason", arguments: ServerBackend.allCases)
+    func propagate(backend: ServerBackend) throws {
+        try withServerAndMounts(backend) { (server, _, a, b, dir) throws in
             let result = try shell("""
                 \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
                 timeout 20 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
@@ -43,9 +50,9 @@ struct ServerTests {
         }
     }
 
-    @Test("the server restarts with mounts connected, and nothing written meanwhile is lost")
-    func restart() throws {
-        try withServerAndMounts { (server, _, a, b, _) throws in
+    @Test("the server restarts with mounts connected, and nothing written meanwhile is lost", arguments: ServerBackend.allCases)
+    func restart(backend: ServerBackend) throws {
+        try withServerAndMounts(backend) { (server, _, a, b, _) throws in
             _ = try shell("\(kvsfsBinary) sync \(a.mountpoint); \(kvsfsBinary) sync \(b.mountpoint)")
             #expect(server.stop() == 0, "SIGTERM ends the server cleanly")
             let result = try shell("""
@@ -66,9 +73,10 @@ struct ServerTests {
         }
     }
 
-    @Test("tokens: another account's store, a read-only token's write, a revoked token, and bad requests are refused with a clear 4xx")
-    func access() throws {
-        try withServerAndMounts { (server, alice, a, _, _) throws in
+    @Test("tokens: another account's store, a read-only token's write, a revoked token, and bad requests are refused with a clear 4xx",
+          arguments: ServerBackend.allCases)
+    func access(backend: ServerBackend) throws {
+        try withServerAndMounts(backend) { (server, alice, a, _, _) throws in
             let bob = try server.admin(["account", "create", "bob"])
             let reader = try server.admin(["token", "create", "alice", "--store", "config", "--read-only"])
             let spare = try server.admin(["token", "create", "alice"])
@@ -123,8 +131,7 @@ struct ServerTests {
         try withServerAndMounts { (server, _, a, _, dir) throws in
             let reader = try server.admin(["token", "create", "alice", "--store", "default", "--read-only"])
             try reader.write(toFile: dir.path + "/reader", atomically: true, encoding: .utf8)
-            let c = try DaemonMount(mountpoint: dir.subdirectory("c"), dataDirectory: dir.subdirectory("data-c"),
-                                    extraArguments: ["--remote", server.url, "--token-file", dir.path + "/reader"])
+            let c = try mount("c", of: server, tokenFile: dir.path + "/reader", in: dir)
             defer { c.stop() }
             let result = try shell("""
                 \(kvsfsBinary) sync \(c.mountpoint); echo "sync=$?"
@@ -140,5 +147,88 @@ struct ServerTests {
             #expect(result.standardOutput.contains("https://example.net/v2\ncreate=1\noverwrite=1\nrm=1\nhttps://example.net/v2\n"), "\(result)")
             #expect(result.standardError.contains("Read-only file system"))
         }
+    }
+
+    @Test("two server instances on one PostgreSQL act as one: a change through either reaches mounts on the other at once, across a restart")
+    func twoInstancesOnePostgres() throws {
+        let dir = TemporaryDirectory("kvsfs-server")
+        defer { dir.remove() }
+        let database = try TestDatabase(.postgres, in: dir)
+        defer { database.remove() }
+        let one = try ServerProcess(database: database.url)
+        defer { one.stop() }
+        let two = try ServerProcess(database: database.url)
+        defer { two.stop() }
+        try one.admin(["account", "create", "alice"]).write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        let a = try mount("a", of: one, tokenFile: dir.path + "/token", in: dir)
+        defer { a.stop() }
+        let b = try mount("b", of: two, tokenFile: dir.path + "/token", in: dir)
+        defer { b.stop() }
+        let result = try shell("""
+            \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
+            timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
+            watcher=$!
+            sleep 0.3
+            start=$(date +%s%N)
+            echo via-one > \(a.path("k"))
+            \(shellWait(until: "grep -q via-one \(b.path("k")) 2>/dev/null"))
+            echo "propagated-ms=$(( ($(date +%s%N) - start) / 1000000 ))"
+            echo via-two > \(b.path("back"))
+            \(shellWait(until: "grep -q via-two \(a.path("back")) 2>/dev/null"))
+            sleep 0.2
+            kill $watcher; wait
+            cat \(dir.path)/inotify
+            """, timeout: 60)
+        #expect(result.standardOutput.contains("CREATE k\nCLOSE_WRITE,CLOSE k\n"), "\(result)")
+        #expect(result.standardOutput.contains("propagated-ms="))
+
+        // Instance two goes away and comes back; what A wrote meanwhile reaches B.
+        #expect(two.stop() == 0)
+        let meanwhile = try shell("""
+            echo while-two-was-down > \(a.path("k")); rm \(a.path("back"))
+            \(kvsfsBinary) sync \(a.mountpoint); echo "a-sync=$?"
+            """)
+        #expect(meanwhile.standardOutput.contains("a-sync=0"), "\(meanwhile)")
+        try two.start()
+        let after = try shell("""
+            \(shellWait(until: "! test -e \(b.path("back"))"))
+            \(kvsfsBinary) sync \(b.mountpoint); echo "b-sync=$?"
+            \(kvsfsBinary) get \(b.path("k"))
+            """, timeout: 60)
+        #expect(after.standardOutput.contains("b-sync=0\nwhile-two-was-down\n"), "\(after)")
+    }
+
+    @Test("a server with --tls-cert/--tls-key speaks HTTPS: mounts trusting its CA sync through it, others are refused clearly")
+    func tls() throws {
+        let dir = TemporaryDirectory("kvsfs-server")
+        defer { dir.remove() }
+        let made = try shell("""
+            cd \(dir.path) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \\
+              -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout key.pem -out cert.pem 2>&1
+            """)
+        #expect(made.status == 0, "\(made)")
+        let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite",
+                                       extraArguments: ["--tls-cert", dir.path + "/cert.pem", "--tls-key", dir.path + "/key.pem"])
+        defer { server.stop() }
+        try server.admin(["account", "create", "alice"]).write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        let trust = ["--tls-ca", dir.path + "/cert.pem"]
+        let a = try mount("a", of: server, tokenFile: dir.path + "/token", in: dir, extraArguments: trust)
+        defer { a.stop() }
+        let b = try mount("b", of: server, tokenFile: dir.path + "/token", in: dir, extraArguments: trust)
+        defer { b.stop() }
+        let untrusting = try mount("c", of: server, tokenFile: dir.path + "/token", in: dir)
+        defer { untrusting.stop() }
+        let result = try shell("""
+            curl -s --cacert \(dir.path)/cert.pem \(server.url)/health
+            curl -s -o /dev/null -w 'plain=%{http_code}\\n' http://127.0.0.1:\(server.port)/health
+            echo secret > \(a.path("k"))
+            \(shellWait(until: "grep -q secret \(b.path("k")) 2>/dev/null"))
+            \(kvsfsBinary) get \(b.path("k"))
+            \(kvsfsBinary) sync \(untrusting.mountpoint); echo "untrusted=$?"
+            """, timeout: 60)
+        #expect(result.standardOutput.hasPrefix("ok\n"), "\(result)")
+        #expect(!result.standardOutput.contains("plain=200"), "no plain HTTP on a TLS port")
+        #expect(result.standardOutput.contains("secret\nuntrusted=1"))
+        #expect(result.standardError.lowercased().contains("certificate"), "the refusal names the certificate: \(result.standardError)")
     }
 }

@@ -171,16 +171,17 @@ public func withDaemon<T>(extraArguments: [String] = [], _ body: (DaemonMount, T
     return try body(daemon, directory)
 }
 
-/// A `kvsfs serve` process on a loopback port, with its SQLite database.
+/// A `kvsfs serve` process on a loopback port, with its database.
 public final class ServerProcess: @unchecked Sendable {
     public let port: Int
     public let database: String
     public let extraArguments: [String]
     public private(set) var process: Process
-    public var url: String { "http://127.0.0.1:\(port)" }
+    /// http://127.0.0.1:PORT, or https://localhost:PORT when serving TLS.
+    public var url: String { extraArguments.contains("--tls-cert") ? "https://localhost:\(port)" : "http://127.0.0.1:\(port)" }
 
-    /// Starts a server on `database` (sqlite:///...), on `port` or a free one, and waits until
-    /// it answers /health.
+    /// Starts a server on `database` (sqlite:///... or postgres://...), on `port` or a free
+    /// one, and waits until it answers /health.
     public init(database: String, port: Int? = nil, extraArguments: [String] = []) throws {
         self.database = database
         self.extraArguments = extraArguments
@@ -198,7 +199,7 @@ public final class ServerProcess: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         try withSignalsUnblocked { try process.run() }
         let deadline = Date().addingTimeInterval(20)
-        while (try? shell("curl -sf \(url)/health", timeout: 5))?.status != 0 {
+        while (try? shell("curl -sfk \(url)/health", timeout: 5))?.status != 0 {
             if !process.isRunning { throw DaemonError(description: "kvsfs serve exited with status \(process.terminationStatus)") }
             if Date() > deadline { throw DaemonError(description: "kvsfs serve did not answer within 20 s") }
             usleep(50_000)
@@ -236,5 +237,49 @@ public final class ServerProcess: @unchecked Sendable {
         _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
         return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// Where a test server keeps its data.
+public enum ServerBackend: String, CaseIterable, Sendable {
+    case sqlite, postgres
+}
+
+/// A server database for one test: a SQLite file in `directory`, or a fresh PostgreSQL
+/// database on the server that scripts/test starts ($KVSFS_TEST_POSTGRES:
+/// postgres://USER:PASSWORD@HOST:PORT), dropped by `remove()`.
+public struct TestDatabase: Sendable {
+    public let url: String
+    private let postgresName: String?
+
+    public init(_ backend: ServerBackend, in directory: TemporaryDirectory) throws {
+        switch backend {
+        case .sqlite:
+            url = "sqlite://\(directory.path)/server.sqlite"
+            postgresName = nil
+        case .postgres:
+            let name = "kvsfs_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(12)
+            try Self.psql("CREATE DATABASE \(name)")
+            url = "\(try Self.postgresServer())/\(name)"
+            postgresName = name
+        }
+    }
+
+    public func remove() {
+        if let postgresName { _ = try? Self.psql("DROP DATABASE IF EXISTS \(postgresName) WITH (FORCE)") }
+    }
+
+    private static func postgresServer() throws -> String {
+        guard let server = ProcessInfo.processInfo.environment["KVSFS_TEST_POSTGRES"], !server.isEmpty else {
+            throw DaemonError(description: "KVSFS_TEST_POSTGRES is not set: run scripts/test, which starts PostgreSQL and sets it")
+        }
+        return server
+    }
+
+    @discardableResult
+    private static func psql(_ statement: String) throws -> CommandResult {
+        let result = try run("/usr/bin/psql", ["\(try postgresServer())/postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c", statement])
+        guard result.status == 0 else { throw DaemonError(description: "psql \(statement): \(result)") }
+        return result
     }
 }

@@ -1,0 +1,309 @@
+import Foundation
+import KVCloud
+import KVServer
+import KVStore
+import Logging
+import PostgresNIO
+
+/// A server's storage in PostgreSQL, shared by any number of server instances: the same rows
+/// as `SQLiteCloudStorage` (a store's totals, each key's latest change and the cursor it was
+/// accepted at), decided by the same `CloudLedger`, plus the accounts and tokens.
+///
+/// A push locks its store's row (`SELECT ... FOR UPDATE`), so pushes to one store through any
+/// instance take their cursors one after the other and commit in that order; it ends with
+/// `NOTIFY kvsfs_changes, 'STORE'`, which every instance `LISTEN`s to and turns into wake-ups
+/// of its long polls.
+public final class PostgresServerStorage: ServerStorage, AccountStorage {
+    public static let channel = "kvsfs_changes"
+
+    private let client: PostgresClient
+    private let runner: Task<Void, Never>
+    private let logger: Logger
+    public let location: PostgresLocation
+
+    public var accounts: any AccountStorage { self }
+
+    private init(location: PostgresLocation, logger: Logger) {
+        self.location = location
+        self.logger = logger
+        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
+        self.client = client
+        runner = Task { await client.run() }
+    }
+
+    /// Connects to the database and creates or upgrades its tables.
+    public static func open(_ location: PostgresLocation, logger: Logger) async throws(CloudError) -> PostgresServerStorage {
+        let storage = PostgresServerStorage(location: location, logger: logger)
+        do {
+            try await storage.migrate()
+        } catch {
+            await storage.close()
+            throw .unavailable("\(location): \(Self.describe(error))")
+        }
+        return storage
+    }
+
+    public func close() async {
+        runner.cancel()
+        await runner.value
+    }
+
+    // MARK: - Schema
+
+    /// On a connection of its own, so that a failure to connect says why.
+    private func migrate() async throws {
+        let db = try await PostgresConnection.connect(configuration: location.connectionConfiguration(), id: 0, logger: logger)
+        do {
+            try await db.withTransaction(logger: logger) { db in
+                // Instances starting together take turns.
+                try await db.query("SELECT pg_advisory_xact_lock(72017001)", logger: logger)
+                for statement in Self.schema { try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
+                try await db.query("""
+                    INSERT INTO kvsfs_setting (name, value) VALUES ('identity', \(UUID().uuidString.lowercased()))
+                    ON CONFLICT (name) DO NOTHING
+                    """, logger: logger)
+            }
+        } catch {
+            try? await db.close()
+            throw error
+        }
+        try await db.close()
+    }
+
+    private static let schema = [
+        "CREATE TABLE IF NOT EXISTS kvsfs_setting (name text PRIMARY KEY, value text NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS kvsfs_store (
+            id text PRIMARY KEY, cursor bigint NOT NULL, bytes bigint NOT NULL, keys bigint NOT NULL,
+            total_bytes bigint NOT NULL, value_bytes bigint NOT NULL, max_keys bigint NOT NULL, key_name_bytes bigint NOT NULL)
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS kvsfs_change (
+            store text NOT NULL REFERENCES kvsfs_store ON DELETE CASCADE, key text NOT NULL, value bytea, type text,
+            time bigint NOT NULL, counter integer NOT NULL, device text NOT NULL, cursor bigint NOT NULL,
+            PRIMARY KEY (store, key), CHECK ((value IS NULL) = (type IS NULL)))
+        """,
+        "CREATE UNIQUE INDEX IF NOT EXISTS kvsfs_change_by_cursor ON kvsfs_change (store, cursor)",
+        "CREATE TABLE IF NOT EXISTS kvsfs_account (name text PRIMARY KEY, created_at timestamptz NOT NULL)",
+        """
+        CREATE TABLE IF NOT EXISTS kvsfs_token (
+            id text PRIMARY KEY, account text NOT NULL REFERENCES kvsfs_account ON DELETE CASCADE,
+            secret_hash text NOT NULL UNIQUE, store text, read_only boolean NOT NULL,
+            created_at timestamptz NOT NULL, revoked_at timestamptz)
+        """,
+    ]
+
+    // MARK: - Stores
+
+    public func identity() async throws(CloudError) -> String {
+        try await run {
+            let rows = try await client.query("SELECT value FROM kvsfs_setting WHERE name = 'identity'", logger: logger)
+            for try await value in rows.decode(String.self) { return value }
+            return ""
+        }
+    }
+
+    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
+        try StoreName.check(store)
+        let keys = Array(Set(changes.map(\.key)))
+        return try await run {
+            try await client.withTransaction(logger: logger) { db in
+                let limits = QuotaLimits.modelled
+                try await db.query("""
+                    INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes)
+                    VALUES (\(store), 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes))
+                    ON CONFLICT (id) DO NOTHING
+                    """, logger: logger)
+                let state = try await Self.lockState(of: store, db, logger)
+                var current = [String: StampedChange]()
+                let rows = try await db.query("""
+                    SELECT key, value, type, time, counter, device, cursor FROM kvsfs_change WHERE store = \(store) AND key = ANY(\(keys))
+                    """, logger: logger)
+                for try await row in rows.decode(ChangeRow.self) { current[row.0] = Self.change(row) }
+                let decision = CloudLedger.decide(changes, current: current, state: state)
+                guard !decision.writes.isEmpty else { return decision.outcome }
+                for (change, cursor) in decision.writes {
+                    try await db.query("""
+                        INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
+                        VALUES (\(store), \(change.key), \(change.value), \(change.type?.rawValue), \(change.stamp.time),
+                                \(change.stamp.counter), \(change.stamp.device), \(cursor))
+                        ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
+                            counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                        """, logger: logger)
+                }
+                try await db.query("""
+                    UPDATE kvsfs_store SET cursor = \(decision.state.cursor), bytes = \(decision.state.usage.bytes),
+                        keys = \(decision.state.usage.keys) WHERE id = \(store)
+                    """, logger: logger)
+                // Delivered to every listening instance when the transaction commits.
+                try await db.query("SELECT pg_notify(\(Self.channel), \(store))", logger: logger)
+                return decision.outcome
+            }
+        }
+    }
+
+    public func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch {
+        try StoreName.check(store)
+        return try await run {
+            let rows = try await client.query("""
+                SELECT key, value, type, time, counter, device, cursor FROM kvsfs_change
+                WHERE store = \(store) AND cursor > \(cursor) ORDER BY cursor LIMIT \(limit + 1)
+                """, logger: logger)
+            var changes = [StampedChange]()
+            var last = cursor
+            var more = false
+            for try await row in rows.decode(ChangeRow.self) {
+                if changes.count == limit {
+                    more = true
+                    continue
+                }
+                changes.append(Self.change(row))
+                last = row.6
+            }
+            return ChangeBatch(changes: changes, cursor: last, complete: !more)
+        }
+    }
+
+    public func cursor(of store: String) async throws(CloudError) -> Int64 {
+        try StoreName.check(store)
+        return try await run {
+            let rows = try await client.query("SELECT cursor FROM kvsfs_store WHERE id = \(store)", logger: logger)
+            for try await cursor in rows.decode(Int64.self) { return cursor }
+            return 0
+        }
+    }
+
+    public func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async {
+        while !Task.isCancelled {
+            do {
+                try await client.withConnection { connection in
+                    try await connection.listen(on: Self.channel) { notifications in
+                        // Listening (again): changes made before now were not heard.
+                        resync()
+                        for try await notification in notifications { changed(notification.payload) }
+                    }
+                }
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("listening for other servers' changes failed; retrying", metadata: ["error": "\(Self.describe(error))"])
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64)
+
+    private static func change(_ row: ChangeRow) -> StampedChange {
+        StampedChange(key: row.0, value: row.1, type: row.2.flatMap(ValueType.init(rawValue:)),
+                      stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
+    }
+
+    private static func lockState(of store: String, _ db: PostgresConnection, _ logger: Logger) async throws -> CloudStoreState {
+        let rows = try await db.query("""
+            SELECT cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes FROM kvsfs_store WHERE id = \(store) FOR UPDATE
+            """, logger: logger)
+        for try await (cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes) in rows.decode((Int64, Int, Int, Int, Int, Int, Int).self) {
+            return CloudStoreState(limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
+                                   usage: QuotaUsage(bytes: bytes, keys: keys), cursor: cursor)
+        }
+        throw CloudError.unavailable("store \(store) vanished during a push")
+    }
+
+    // MARK: - Accounts
+
+    public func addAccount(_ name: String, at date: Date) async throws(AccountError) {
+        let added = try await account {
+            let rows = try await client.query("""
+                INSERT INTO kvsfs_account (name, created_at) VALUES (\(name), \(date)) ON CONFLICT (name) DO NOTHING RETURNING name
+                """, logger: logger)
+            for try await _ in rows.decode(String.self) { return true }
+            return false
+        }
+        if !added { throw .accountExists(name) }
+    }
+
+    public func hasAccount(_ name: String) async throws(AccountError) -> Bool {
+        try await account {
+            let rows = try await client.query("SELECT name FROM kvsfs_account WHERE name = \(name)", logger: logger)
+            for try await _ in rows.decode(String.self) { return true }
+            return false
+        }
+    }
+
+    public func addToken(_ token: TokenRecord) async throws(AccountError) {
+        _ = try await account {
+            try await client.query("""
+                INSERT INTO kvsfs_token (id, account, secret_hash, store, read_only, created_at)
+                VALUES (\(token.id), \(token.scope.account), \(token.secretHash), \(token.scope.store), \(token.scope.readOnly), \(token.createdAt))
+                """, logger: logger)
+        }
+    }
+
+    public func revokeToken(id: String, at date: Date) async throws(AccountError) -> Bool {
+        try await account {
+            let rows = try await client.query("""
+                UPDATE kvsfs_token SET revoked_at = \(date) WHERE id = \(id) AND revoked_at IS NULL RETURNING id
+                """, logger: logger)
+            for try await _ in rows.decode(String.self) { return true }
+            return false
+        }
+    }
+
+    public func tokens(of account: String) async throws(AccountError) -> [TokenInfo] {
+        try await self.account {
+            let rows = try await client.query("""
+                SELECT id, account, store, read_only, created_at, revoked_at IS NOT NULL FROM kvsfs_token
+                WHERE account = \(account) ORDER BY created_at
+                """, logger: logger)
+            var tokens = [TokenInfo]()
+            for try await (id, account, store, readOnly, createdAt, revoked) in rows.decode((String, String, String?, Bool, Date, Bool).self) {
+                tokens.append(TokenInfo(id: id, scope: TokenScope(account: account, store: store, readOnly: readOnly), createdAt: createdAt, revoked: revoked))
+            }
+            return tokens
+        }
+    }
+
+    public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
+        try await account {
+            let rows = try await client.query("""
+                SELECT id, secret_hash, account, store, read_only, created_at FROM kvsfs_token WHERE id = \(id) AND revoked_at IS NULL
+                """, logger: logger)
+            for try await (id, hash, account, store, readOnly, createdAt) in rows.decode((String, String, String, String?, Bool, Date).self) {
+                return TokenRecord(id: id, secretHash: hash, scope: TokenScope(account: account, store: store, readOnly: readOnly), createdAt: createdAt)
+            }
+            return nil
+        }
+    }
+
+    // MARK: - Errors
+
+    private func run<T>(_ body: () async throws -> T) async throws(CloudError) -> T {
+        do {
+            return try await body()
+        } catch let error as CloudError {
+            throw error
+        } catch {
+            throw .unavailable("\(location): \(Self.describe(error))")
+        }
+    }
+
+    private func account<T>(_ body: () async throws -> T) async throws(AccountError) -> T {
+        do {
+            return try await body()
+        } catch {
+            throw .database("\(location): \(Self.describe(error))")
+        }
+    }
+
+    /// PSQLError keeps its details out of `description`; a message names the server's words
+    /// or the connection's failure.
+    static func describe(_ error: any Error) -> String {
+        if let error = error as? PostgresTransactionError {
+            return (error.beginError ?? error.closureError ?? error.commitError).map(describe) ?? "the transaction failed"
+        }
+        guard let error = error as? PSQLError else { return String(describing: error) }
+        if let message = error.serverInfo?[.message] { return message }
+        if let underlying = error.underlying { return String(describing: underlying) }
+        return String(describing: error.code)
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import KVCloud
+import KVStore
+
+/// Where a sync server keeps its stores and accounts: one SQLite file for a single machine,
+/// or a PostgreSQL database that several server instances share.
+public protocol ServerStorage: Sendable {
+    var accounts: any AccountStorage { get }
+
+    /// The remote's stable id (see `CloudStorage.identity()`).
+    func identity() async throws(CloudError) -> String
+    func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome
+    func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch
+    func cursor(of store: String) async throws(CloudError) -> Int64
+
+    /// Calls `changed` with the name of each store that gains changes through another server
+    /// sharing this storage, until the task is cancelled. `resync` is called when some may
+    /// have been missed (a lost connection): every waiter should look again.
+    func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async
+
+    func close() async
+}
+
+/// Accounts and token rows, as `AccountDirectory` keeps them.
+public protocol AccountStorage: Sendable {
+    /// Adds an account; `AccountError.accountExists` when the name is taken.
+    func addAccount(_ name: String, at date: Date) async throws(AccountError)
+    func hasAccount(_ name: String) async throws(AccountError) -> Bool
+    func addToken(_ token: TokenRecord) async throws(AccountError)
+    /// Marks an active token revoked; false when there is no such active token.
+    func revokeToken(id: String, at date: Date) async throws(AccountError) -> Bool
+    func tokens(of account: String) async throws(AccountError) -> [TokenInfo]
+    /// The active (not revoked) token with this id.
+    func activeToken(id: String) async throws(AccountError) -> TokenRecord?
+}
+
+/// A token's row: its scope and the hash of its secret.
+public struct TokenRecord: Sendable, Equatable {
+    public var id: String
+    public var secretHash: String
+    public var scope: TokenScope
+    public var createdAt: Date
+
+    public init(id: String, secretHash: String, scope: TokenScope, createdAt: Date) {
+        self.id = id
+        self.secretHash = secretHash
+        self.scope = scope
+        self.createdAt = createdAt
+    }
+}
+
+/// A server's storage in one SQLite file: stores through `SQLiteCloudStorage` (the file
+/// remote's code), accounts in tables of the same file. One server per file.
+public final class SQLiteServerStorage: ServerStorage {
+    private let cloud: SQLiteCloudStorage
+    public let accounts: any AccountStorage
+
+    public init(path: String) throws(CloudError) {
+        cloud = try SQLiteCloudStorage(path: path)
+        do {
+            accounts = try SQLiteAccountStorage(path: path)
+        } catch {
+            throw .unavailable(error.description)
+        }
+    }
+
+    public func identity() async throws(CloudError) -> String { try cloud.identity() }
+
+    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
+        try cloud.push(changes, to: store)
+    }
+
+    public func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch {
+        try cloud.changes(in: store, after: cursor, limit: limit)
+    }
+
+    public func cursor(of store: String) async throws(CloudError) -> Int64 { try cloud.cursor(of: store) }
+
+    /// Nobody else writes this file: every change comes through this server.
+    public func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async {}
+
+    public func close() async {}
+}
