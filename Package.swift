@@ -57,6 +57,9 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .executableTarget(name: "kvsfs-load", dependencies: [
+            "KVStore", "KVCloud", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        ]),
         .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport"]),
         .testTarget(name: "SyncTests", dependencies: [

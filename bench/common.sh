@@ -3,6 +3,8 @@
 #
 #   source "$here/common.sh"; bench_work LABEL      sets $work and installs the cleanup
 #   wait_mounted DIR                                 waits (10 s at most) for DIR to be a mount
+#   bench_postgres_database                          sets $database to a fresh database on the local
+#                                                    PostgreSQL (started by scripts/postgres), dropped on exit
 
 bench_work() {
     work=$(mktemp -d "/tmp/kvsfs-$1-XXXXXX")
@@ -17,6 +19,16 @@ bench_cleanup() {
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$work"
+    if [ -n "${postgres_server:-}" ]; then
+        psql "$postgres_server/postgres" -q -c "DROP DATABASE IF EXISTS $postgres_name WITH (FORCE)"
+    fi
+}
+
+bench_postgres_database() {
+    postgres_server=$(bash "$(dirname "${BASH_SOURCE[0]}")/../scripts/postgres")
+    postgres_name="kvsfs_bench_$$"
+    psql "$postgres_server/postgres" -q -c "CREATE DATABASE $postgres_name"
+    database="$postgres_server/$postgres_name"
 }
 
 wait_mounted() {

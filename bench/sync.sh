@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sync benchmark: two mounts of one store on one file remote (release build).
 #
-#   bench/sync.sh [CHANGES] [KEYS] [file|server]      (as root; defaults 1000 50 file)
+#   bench/sync.sh [CHANGES] [KEYS] [file|server|postgres]      (as root; defaults 1000 50 file)
 #
-# With `server`, the mounts sync through a `kvsfs serve` on loopback instead of the file remote.
+# With `server`, the mounts sync through a `kvsfs serve` on loopback instead of the file remote;
+# with `postgres`, through two `kvsfs serve` instances sharing a local PostgreSQL database (A on
+# one, B and C on the other), so that every change crosses from one instance to the other.
 # 1. Propagation: CHANGES writes on mount A, each timed from close() to the inotify event on
 #    mount B (p50, p99; target p99 <= 100 ms).
 # 2. Initial sync: a full store (1024 keys, about 1 MB) on the remote, then a fresh mount C:
@@ -22,17 +24,27 @@ kvsfs="$repo/.build/release/kvsfs"
 remote="file://$work/cloud/cloud.sqlite"
 access=()
 mkdir -p "$work/cloud"
-if [ "$via" = server ]; then
-    "$kvsfs" account create bench --database "sqlite://$work/cloud/server.sqlite" > "$work/token"
-    "$kvsfs" serve --listen 127.0.0.1:18781 --database "sqlite://$work/cloud/server.sqlite" 2>/dev/null & pids+=($!)
-    for _ in $(seq 200); do curl -sf http://127.0.0.1:18781/health >/dev/null && break; sleep 0.05; done
+remote_b=$remote
+if [ "$via" != file ]; then
+    database="sqlite://$work/cloud/server.sqlite"
+    if [ "$via" = postgres ]; then bench_postgres_database; fi
+    "$kvsfs" account create bench --database "$database" > "$work/token"
+    "$kvsfs" serve --listen 127.0.0.1:18781 --database "$database" 2>/dev/null & pids+=($!)
     remote=http://127.0.0.1:18781
+    remote_b=$remote
+    if [ "$via" = postgres ]; then
+        "$kvsfs" serve --listen 127.0.0.1:18782 --database "$database" 2>/dev/null & pids+=($!)
+        remote_b=http://127.0.0.1:18782
+    fi
+    for url in "$remote" "$remote_b"; do
+        for _ in $(seq 200); do curl -sf "$url/health" >/dev/null && break; sleep 0.05; done
+    done
     access=(--token-file "$work/token")
 fi
 
 mkdir -p "$work"/{a,b,c,data-a,data-b,data-c,cloud}
 "$kvsfs" mount "$work/a" --data-dir "$work/data-a" --remote "$remote" "${access[@]}" & pids+=($!)
-"$kvsfs" mount "$work/b" --data-dir "$work/data-b" --remote "$remote" "${access[@]}" & pids+=($!)
+"$kvsfs" mount "$work/b" --data-dir "$work/data-b" --remote "$remote_b" "${access[@]}" & pids+=($!)
 wait_mounted "$work/a"; wait_mounted "$work/b"
 "$kvsfs" sync "$work/a"; "$kvsfs" sync "$work/b"
 
@@ -46,7 +58,7 @@ for i in $(seq 1024); do printf '%s' "${filler:0:$((819 - ${#i}))}$i" > "$work/a
 "$kvsfs" sync "$work/a"
 echo "initial sync of a full store into a fresh mount: $(ls "$work/a" | wc -l) keys, $(df -B1 --output=used "$work/a" | tail -1 | tr -d ' ') bytes"
 start=$(date +%s.%N)
-"$kvsfs" mount "$work/c" --data-dir "$work/data-c" --remote "$remote" "${access[@]}" & pids+=($!)
+"$kvsfs" mount "$work/c" --data-dir "$work/data-c" --remote "$remote_b" "${access[@]}" & pids+=($!)
 wait_mounted "$work/c"
 "$kvsfs" sync "$work/c"
 end=$(date +%s.%N)

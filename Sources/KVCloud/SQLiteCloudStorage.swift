@@ -11,12 +11,13 @@ import KVStore
 public final class SQLiteCloudStorage: CloudStorage {
     private let database: DatabasePool
 
-    /// Opens (creating if needed) the database at `path`.
-    public init(path: String) throws(CloudError) {
+    /// Opens (creating if needed) the database at `path`, with at most `readers` connections
+    /// reading at once (a mount needs few; a server's requests read in parallel).
+    public init(path: String, readers: Int = 2) throws(CloudError) {
         do {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
-            configuration.maximumReaderCount = 2
+            configuration.maximumReaderCount = readers
             configuration.prepareDatabase { db in
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 try db.execute(sql: "PRAGMA cache_size = -1024")  // KiB per connection
@@ -69,24 +70,35 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        return try run {
-            try self.database.write { db in
-                let table = try Table(db: db, store: store)
-                let decision = CloudLedger.decide(changes, current: try table.current(Set(changes.map(\.key))), state: table.state)
-                try table.apply(decision)
-                return decision.outcome
-            }
+        return try run { try self.database.write { db in try Self.push(changes, to: store, db) } }
+    }
+
+    /// The same push, suspending the caller while it waits for the writer instead of blocking
+    /// its thread: for a server, whose request tasks share as few threads as there are cores.
+    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
+        try StoreName.check(store)
+        do {
+            return try await database.write { db in try Self.push(changes, to: store, db) }
+        } catch {
+            throw .unavailable(String(describing: error))
         }
+    }
+
+    private static func push(_ changes: [StampedChange], to store: String, _ db: Database) throws -> PushOutcome {
+        let table = try Table(db: db, store: store)
+        let decision = CloudLedger.decide(changes, current: try table.current(Set(changes.map(\.key))), state: table.state)
+        try table.apply(decision)
+        return decision.outcome
     }
 
     public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
         return try run {
             try self.database.read { db in
-                let rows = try Row.fetchAll(db, sql: """
+                let rows = try Row.fetchAll(db.cachedStatement(sql: """
                     SELECT key, value, type, time, counter, device, cursor FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
-                    """, arguments: [store, cursor, limit + 1])
+                    """), arguments: [store, cursor, limit + 1])
                 let changes = rows.prefix(limit).map(Self.change)
                 let last = rows.prefix(limit).last.map { $0["cursor"] as Int64 } ?? cursor
                 return ChangeBatch(changes: changes, cursor: last, complete: rows.count <= limit)
@@ -98,7 +110,7 @@ public final class SQLiteCloudStorage: CloudStorage {
         try StoreName.check(store)
         return try run {
             try self.database.read { db in
-                try Int64.fetchOne(db, sql: "SELECT cursor FROM cloudStore WHERE id = ?", arguments: [store]) ?? 0
+                try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
             }
         }
     }

@@ -115,7 +115,14 @@ public struct AccountDirectory: Sendable {
     }
 
     private static func hash(_ secret: String) -> String {
-        SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(64)
+        for byte in SHA256.hash(data: Data(secret.utf8)) {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 15)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     private static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
@@ -212,7 +219,7 @@ public final class SQLiteAccountStorage: AccountStorage {
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
         try run {
             try self.database.read { db in
-                try Row.fetchOne(db, sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL", arguments: [id]).map { row in
+                try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL"), arguments: [id]).map { row in
                     TokenRecord(id: row["id"], secretHash: row["secretHash"],
                                 scope: TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"]),
                                 createdAt: row["createdAt"])

@@ -56,7 +56,7 @@ public final class SQLiteServerStorage: ServerStorage {
     public let accounts: any AccountStorage
 
     public init(path: String) throws(CloudError) {
-        cloud = try SQLiteCloudStorage(path: path)
+        cloud = try SQLiteCloudStorage(path: path, readers: 4)
         do {
             accounts = try SQLiteAccountStorage(path: path)
         } catch {
@@ -67,7 +67,7 @@ public final class SQLiteServerStorage: ServerStorage {
     public func identity() async throws(CloudError) -> String { try cloud.identity() }
 
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
-        try cloud.push(changes, to: store)
+        try await cloud.push(changes, to: store)
     }
 
     public func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch {

@@ -16,9 +16,11 @@ import Logging
 ///     GET  /v1/whoami                                {"account","store","readOnly"} of the token
 ///     GET  /v1/ACCOUNT/STORE/identity                {"identity"}: the account's remote id
 ///     POST /v1/ACCOUNT/STORE/changes                 {"changes":[...]} -> {"accepted","refused"}
-///     GET  /v1/ACCOUNT/STORE/changes?after=N&limit=L -> {"changes","cursor","complete"}
-///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else when a
-///                                                    change lands or after S seconds (at most 60)
+///     GET  /v1/ACCOUNT/STORE/changes?after=N&limit=L[&wait=S]
+///                                                    {"changes","cursor","complete"}; with wait, a
+///                                                    long poll: when there are none yet, answers
+///                                                    when a change lands or after S seconds (≤ 60)
+///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else the same
 public struct SyncServer: Sendable {
     public let storage: any ServerStorage
     public let accounts: AccountDirectory
@@ -84,25 +86,34 @@ public struct SyncServer: Sendable {
             let after = try number(request, "after", default: 0)
             let limit = Int(try number(request, "limit", default: 1000))
             guard (1...10_000).contains(limit) else { throw HTTPError(.badRequest, message: "limit must be 1 to 10000") }
-            return try json(try await run { try await storage.changes(in: stored, after: after, limit: limit) })
+            let batch = try await longPoll(stored, request, until: { !$0.changes.isEmpty }) {
+                try await storage.changes(in: stored, after: after, limit: limit)
+            }
+            return try json(batch)
         }
         router.get("/v1/{account}/{store}/cursor") { request, context -> Response in
             let (stored, _) = try await address(request, context, write: false)
             let after = try number(request, "after", default: 0)
-            let wait = try number(request, "wait", default: 0)
-            guard (0...60).contains(wait) else { throw HTTPError(.badRequest, message: "wait must be 0 to 60 seconds") }
-            let seen = notifier.version(of: stored)
-            var cursor = try await run { try await storage.cursor(of: stored) }
-            if wait > 0, cursor <= after {
-                await notifier.wait(for: stored, since: seen, timeout: .seconds(wait))
-                cursor = try await run { try await storage.cursor(of: stored) }
-            }
+            let cursor = try await longPoll(stored, request, until: { $0 > after }) { try await storage.cursor(of: stored) }
             return try json(["cursor": cursor])
         }
         return router
     }
 
     // MARK: - Requests
+
+    /// Looks at the storage; when the request asks to `wait` (seconds, at most 60) and what it
+    /// found is not `ready`, waits for the store's next change (or the time) and looks again.
+    private func longPoll<T>(_ store: String, _ request: Request, until ready: (T) -> Bool,
+                             _ look: () async throws -> T) async throws -> T {
+        let wait = try number(request, "wait", default: 0)
+        guard (0...60).contains(wait) else { throw HTTPError(.badRequest, message: "wait must be 0 to 60 seconds") }
+        let seen = notifier.version(of: store)
+        let found = try await run(look)
+        guard wait > 0, !ready(found) else { return found }
+        await notifier.wait(for: store, since: seen, timeout: .seconds(wait))
+        return try await run(look)
+    }
 
     private func authorize(_ request: Request) async throws -> TokenScope {
         guard let header = request.headers[.authorization] else {

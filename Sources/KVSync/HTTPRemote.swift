@@ -18,6 +18,7 @@ public final class HTTPRemote: Remote {
     private let token: String
     private let client: HTTPClient
     private let account: Mutex<String?>
+    private let prefetched = Mutex<Prefetched?>(nil)
 
     public init(url: String, store: String, token: String, client: HTTPClient = HTTPRemote.client) {
         description = url
@@ -52,14 +53,35 @@ public final class HTTPRemote: Remote {
     }
 
     public func fetch(after cursor: Int64) async throws -> ChangeBatch {
-        try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096", as: ChangeBatch.self)
+        if let batch = takePrefetched(after: cursor) { return batch }
+        return try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096", as: ChangeBatch.self)
     }
 
+    /// A long poll for the changes themselves: what it brings back is kept for the fetch that
+    /// follows, so that a change costs the watcher one request, not two.
     public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
         let seconds = max(1, min(60, Int(timeout.components.seconds)))
-        let answer = try await request(.GET, storePath("cursor") + "?after=\(cursor)&wait=\(seconds)", as: [String: Int64].self,
-                                       timeout: .seconds(Int64(seconds) + 10))
-        return (answer["cursor"] ?? 0) > cursor
+        let batch = try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096&wait=\(seconds)", as: ChangeBatch.self,
+                                      timeout: .seconds(Int64(seconds) + 10))
+        guard !batch.changes.isEmpty else { return false }
+        prefetched.withLock { $0 = Prefetched(after: cursor, batch: batch, at: .now) }
+        return true
+    }
+
+    /// Changes a long poll brought back, good for a fetch from the same cursor within a second
+    /// (a batch that is a little old is still every change after the cursor up to its own).
+    private struct Prefetched {
+        var after: Int64
+        var batch: ChangeBatch
+        var at: ContinuousClock.Instant
+    }
+
+    private func takePrefetched(after cursor: Int64) -> ChangeBatch? {
+        prefetched.withLock { prefetched in
+            defer { prefetched = nil }
+            guard let kept = prefetched, kept.after == cursor, ContinuousClock.now - kept.at < .seconds(1) else { return nil }
+            return kept.batch
+        }
     }
 
     /// The process's client: a connection that cannot be made fails the request at once (the

@@ -91,6 +91,7 @@ struct Serve: ParsableCommand {
     }
 
     func run() throws {
+        SystemFunctions.allowManyOpenFiles()
         var logger = Logger(label: "kvsfs.serve")
         logger.logLevel = .info
         let (host, port) = address!
