@@ -20,6 +20,8 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     private let runner: Task<Void, Never>
     private let logger: Logger
     public let location: PostgresLocation
+    /// Names this instance in its notifications, so that it skips its own.
+    private let instance = UUID().uuidString.lowercased()
 
     public var accounts: any AccountStorage { self }
 
@@ -136,7 +138,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                         keys = \(decision.state.usage.keys) WHERE id = \(store)
                     """, logger: logger)
                 // Delivered to every listening instance when the transaction commits.
-                try await db.query("SELECT pg_notify(\(Self.channel), \(store))", logger: logger)
+                try await db.query("SELECT pg_notify(\(Self.channel), \(instance + " " + store))", logger: logger)
                 return decision.outcome
             }
         }
@@ -177,10 +179,31 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         while !Task.isCancelled {
             do {
                 try await client.withConnection { connection in
-                    try await connection.listen(on: Self.channel) { notifications in
-                        // Listening (again): changes made before now were not heard.
-                        resync()
-                        for try await notification in notifications { changed(notification.payload) }
+                    try await withThrowingTaskGroup(of: Void.self) { group in
+                        group.addTask {
+                            try await connection.listen(on: Self.channel) { notifications in
+                                // Listening (again): changes made before now were not heard.
+                                resync()
+                                for try await notification in notifications {
+                                    let (sender, store) = Self.parse(notification.payload)
+                                    if sender != self.instance { changed(store) }
+                                }
+                            }
+                        }
+                        group.addTask {
+                            // A connection that died without closing would never end the loop above.
+                            while true {
+                                try await Task.sleep(for: .seconds(15))
+                                do {
+                                    try await Self.probe(connection, logger: self.logger)
+                                } catch {
+                                    try? await connection.close()  // ends the notifications too
+                                    throw error
+                                }
+                            }
+                        }
+                        try await group.next()
+                        group.cancelAll()
                     }
                 }
             } catch {
@@ -188,6 +211,24 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                 logger.warning("listening for other servers' changes failed; retrying", metadata: ["error": "\(Self.describe(error))"])
             }
             try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    private static func parse(_ payload: String) -> (sender: String, store: String) {
+        guard let space = payload.firstIndex(of: " ") else { return ("", payload) }
+        return (String(payload[..<space]), String(payload[payload.index(after: space)...]))
+    }
+
+    /// `SELECT 1` on `connection`, failing if it takes more than 5 seconds.
+    private static func probe(_ connection: PostgresConnection, logger: Logger) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { _ = try await connection.query("SELECT 1", logger: logger) }
+            group.addTask {
+                try await Task.sleep(for: .seconds(5))
+                throw CloudError.unavailable("PostgreSQL did not answer within 5 s")
+            }
+            try await group.next()
+            group.cancelAll()
         }
     }
 

@@ -10,6 +10,8 @@ import Synchronization
 public final class ChangeNotifier: Sendable {
     private struct State {
         var versions: [String: UInt64] = [:]
+        /// Raised by `notifyAll`: part of every store's version.
+        var epoch: UInt64 = 0
         var waiters: [String: [UUID: CheckedContinuation<Void, Never>]] = [:]
         var closed = false
     }
@@ -33,7 +35,7 @@ public final class ChangeNotifier: Sendable {
     public var waiting: Int { state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } } }
 
     public func version(of store: String) -> UInt64 {
-        state.withLock { $0.versions[store, default: 0] }
+        state.withLock { $0.versions[store, default: 0] &+ $0.epoch }
     }
 
     public func notify(_ store: String) {
@@ -47,7 +49,7 @@ public final class ChangeNotifier: Sendable {
     /// Wakes every waiter of every store (their changes may have been missed).
     public func notifyAll() {
         let woken = state.withLock { state in
-            for store in state.versions.keys { state.versions[store]! &+= 1 }
+            state.epoch &+= 1
             defer { state.waiters = [:] }
             return state.waiters.values.flatMap(\.values)
         }
@@ -65,7 +67,7 @@ public final class ChangeNotifier: Sendable {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let waits = state.withLock { state in
-                    guard !state.closed, state.versions[store, default: 0] == version else { return false }
+                    guard !state.closed, state.versions[store, default: 0] &+ state.epoch == version else { return false }
                     state.waiters[store, default: [:]][id] = continuation
                     return true
                 }

@@ -27,6 +27,7 @@ public struct SyncServer: Sendable {
     public let notifier = ChangeNotifier()
     public let metrics = ServerMetrics()
     public let limiter: RateLimiter
+    private let logger = Logger(label: "kvsfs.serve")
     /// Largest request body accepted.
     public var maximumBody = 4 << 20
 
@@ -124,7 +125,7 @@ public struct SyncServer: Sendable {
         do {
             scope = header.hasPrefix("Bearer ") ? try await accounts.scope(of: token) : nil
         } catch {
-            throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: error.description)
+            throw unavailable(error)
         }
         guard let scope else {
             throw HTTPError(.unauthorized, message: "unknown or revoked token")
@@ -183,8 +184,15 @@ public struct SyncServer: Sendable {
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
         } catch {
-            throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: String(describing: error))
+            throw unavailable(error)
         }
+    }
+
+    /// 503 with Retry-After: the details (which name the database) go to the log, not to
+    /// the client.
+    private func unavailable(_ error: any Error) -> HTTPError {
+        logger.error("storage unavailable", metadata: ["error": "\(error)"])
+        return HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "the server's storage is unavailable; retry later")
     }
 
     private func json(_ value: some Encodable) throws -> Response {
