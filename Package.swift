@@ -66,6 +66,7 @@ let package = Package(
             "KVStore", "KVCloud", "KVSync", "KVTestSupport",
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
+        .testTarget(name: "KVServerTests", dependencies: ["KVServer"]),
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
