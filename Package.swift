@@ -58,7 +58,7 @@ let package = Package(
             ]
         ),
         .executableTarget(name: "kvsfs-load", dependencies: [
-            "KVStore", "KVCloud", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            "KVStore", "KVCloud", "KVSync", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ]),
         .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport"]),

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Server load benchmark (release build): one `kvsfs serve` on loopback (SQLite, or PostgreSQL
-# with `postgres`), WATCHERS clients watching STORES stores the way mounts do (a long poll for the
-# changes after their cursor, again and again), while writers push RATE changes per second, each
-# to a random store.
+# with `postgres`), WATCHERS clients watching STORES stores the way mounts do (each holds its
+# store's event stream), while writers push RATE changes per second, each to a random store.
 #
 #   bench/load.sh [WATCHERS] [RATE] [SECONDS] [STORES] [sqlite|postgres]   (defaults 1000 500 30 250 sqlite)
 #

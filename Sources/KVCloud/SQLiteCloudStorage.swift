@@ -94,7 +94,8 @@ public final class SQLiteCloudStorage: CloudStorage {
     public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
         return try run {
-            try self.database.read { db in
+            // One statement reads a consistent snapshot by itself: no transaction around it.
+            try self.database.unsafeRead { db in
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
                     SELECT key, value, type, time, counter, device, cursor FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
@@ -109,7 +110,7 @@ public final class SQLiteCloudStorage: CloudStorage {
     public func cursor(of store: String) throws(CloudError) -> Int64 {
         try StoreName.check(store)
         return try run {
-            try self.database.read { db in
+            try self.database.unsafeRead { db in
                 try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
             }
         }
@@ -155,14 +156,12 @@ public final class SQLiteCloudStorage: CloudStorage {
         init(db: Database, store: String) throws {
             self.db = db
             self.store = store
-            if try Row.fetchOne(db, sql: "SELECT 1 FROM cloudStore WHERE id = ?", arguments: [store]) == nil {
-                let limits = QuotaLimits.modelled
-                try db.execute(sql: """
-                    INSERT INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
-                    VALUES (?, 0, 0, 0, ?, ?, ?, ?)
-                    """, arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
-            }
-            let row = try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store])!
+            let limits = QuotaLimits.modelled
+            try db.cachedStatement(sql: """
+                INSERT OR IGNORE INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
+                VALUES (?, 0, 0, 0, ?, ?, ?, ?)
+                """).execute(arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM cloudStore WHERE id = ?"), arguments: [store])!
             state = CloudStoreState(limits: Self.limits(row), usage: QuotaUsage(bytes: row["bytes"], keys: row["keys"]), cursor: row["cursor"])
         }
 
@@ -197,8 +196,8 @@ public final class SQLiteCloudStorage: CloudStorage {
                 try upsert.execute(arguments: [store, change.key, change.value, change.type?.rawValue, change.stamp.time,
                                                change.stamp.counter, change.stamp.device, cursor])
             }
-            try db.execute(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?",
-                           arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
+            try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
+                .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
         }
     }
 }

@@ -218,7 +218,8 @@ public final class SQLiteAccountStorage: AccountStorage {
 
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
         try run {
-            try self.database.read { db in
+            // Checked on every request: one statement, no transaction around it.
+            try self.database.unsafeRead { db in
                 try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL"), arguments: [id]).map { row in
                     TokenRecord(id: row["id"], secretHash: row["secretHash"],
                                 scope: TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"]),

@@ -31,6 +31,8 @@ public final class ChangeNotifier: Sendable {
         for continuation in all { continuation.resume() }
     }
 
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
     /// How many requests are waiting, over all stores.
     public var waiting: Int { state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } } }
 

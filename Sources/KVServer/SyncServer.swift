@@ -5,6 +5,7 @@ import HummingbirdTLS
 import KVCloud
 import KVStore
 import Logging
+import Synchronization
 
 /// The sync server's HTTP interface over cloud storage and accounts. Every route but
 /// `/health` needs `Authorization: Bearer TOKEN`; a store is addressed as ACCOUNT/STORE and
@@ -21,12 +22,19 @@ import Logging
 ///                                                    long poll: when there are none yet, answers
 ///                                                    when a change lands or after S seconds (≤ 60)
 ///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else the same
+///     GET  /v1/ACCOUNT/STORE/events?after=N          text/event-stream: `id: CURSOR` and
+///                                                    `data: {changes,cursor,complete}` for every
+///                                                    batch after N as it lands, `: keep-alive`
+///                                                    every 10 s; the token is checked again
+///                                                    before each, so a revoked one ends it
 public struct SyncServer: Sendable {
     public let storage: any ServerStorage
     public let accounts: AccountDirectory
     public let notifier = ChangeNotifier()
     public let metrics = ServerMetrics()
     public let limiter: RateLimiter
+    /// The last event written for each store, for the other streams at the same cursor.
+    private let recentEvents = RecentEvents()
     private let logger = Logger(label: "kvsfs.serve")
     /// Largest request body accepted.
     public var maximumBody = 4 << 20
@@ -92,6 +100,16 @@ public struct SyncServer: Sendable {
             }
             return try json(batch)
         }
+        router.get("/v1/{account}/{store}/events") { request, context -> Response in
+            let (stored, scope) = try await address(request, context, write: false)
+            let after = try number(request, "after", default: 0)
+            let token = bearerToken(request)
+            return Response(
+                status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
+                body: ResponseBody { writer in
+                    try await streamChanges(of: stored, after: after, while: { await stillAllowed(token, scope) }, to: &writer)
+                })
+        }
         router.get("/v1/{account}/{store}/cursor") { request, context -> Response in
             let (stored, _) = try await address(request, context, write: false)
             let after = try number(request, "after", default: 0)
@@ -102,6 +120,44 @@ public struct SyncServer: Sendable {
     }
 
     // MARK: - Requests
+
+    /// Writes every batch of changes after `cursor` as an event as soon as it lands, and a
+    /// comment every 10 s so that a dead connection is found; ends when `allowed` turns false
+    /// (a revoked token), at shutdown, or when the client goes away (a write fails).
+    private func streamChanges(of store: String, after cursor: Int64, while allowed: () async -> Bool,
+                               to writer: inout any ResponseBodyWriter) async throws {
+        var cursor = cursor
+        while !notifier.isClosed, await allowed() {
+            let seen = notifier.version(of: store)
+            if let (event, upTo) = recentEvents.event(of: store, after: cursor) {
+                try await writer.write(event)
+                cursor = upTo
+                continue
+            }
+            let batch = try await run { try await storage.changes(in: store, after: cursor, limit: 4096) }
+            if !batch.changes.isEmpty {
+                var event = ByteBuffer(string: "id: \(batch.cursor)\ndata: ")
+                event.writeBytes(try JSONEncoder().encode(batch))
+                event.writeString("\n\n")
+                recentEvents.keep(event, of: store, after: cursor, upTo: batch.cursor)
+                try await writer.write(event)
+                cursor = batch.cursor
+                continue
+            }
+            let before = notifier.version(of: store)
+            await notifier.wait(for: store, since: seen, timeout: .seconds(10))
+            if notifier.version(of: store) == before { try await writer.write(ByteBuffer(string: ": keep-alive\n\n")) }
+        }
+        try await writer.finish(nil)
+    }
+
+    private func stillAllowed(_ token: String, _ scope: TokenScope) async -> Bool {
+        (try? await accounts.scope(of: token)) == scope
+    }
+
+    private func bearerToken(_ request: Request) -> String {
+        String((request.headers[.authorization] ?? "").dropFirst("Bearer ".count))
+    }
 
     /// Looks at the storage; when the request asks to `wait` (seconds, at most 60) and what it
     /// found is not `ready`, waits for the store's next change (or the time) and looks again.
@@ -120,7 +176,7 @@ public struct SyncServer: Sendable {
         guard let header = request.headers[.authorization] else {
             throw HTTPError(.unauthorized, message: "missing Authorization: Bearer TOKEN")
         }
-        let token = String(header.dropFirst(7))
+        let token = bearerToken(request)
         let scope: TokenScope?
         do {
             scope = header.hasPrefix("Bearer ") ? try await accounts.scope(of: token) : nil
@@ -257,5 +313,34 @@ extension SyncServer {
             router: makeRouter(), server: builder,
             configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs"),
             logger: logger)
+    }
+}
+
+/// The last event of each store's stream, encoded once for every stream at the same cursor (a
+/// store's devices wake together, at the same place). An event kept a while is still right:
+/// it holds every change after its cursor up to its own, and the stream then reads on from there.
+final class RecentEvents: Sendable {
+    private struct Event {
+        var after: Int64
+        var upTo: Int64
+        var bytes: ByteBuffer
+    }
+
+    private let events = Mutex<[String: Event]>([:])
+
+    func event(of store: String, after cursor: Int64) -> (ByteBuffer, upTo: Int64)? {
+        events.withLock { events in
+            guard let event = events[store], event.after == cursor else { return nil }
+            return (event.bytes, event.upTo)
+        }
+    }
+
+    /// Keeps events of at most 64 KiB, for at most 4096 stores (any one makes room).
+    func keep(_ bytes: ByteBuffer, of store: String, after cursor: Int64, upTo: Int64) {
+        guard bytes.readableBytes <= 64 << 10 else { return }
+        events.withLock { events in
+            if events.count >= 4096, events[store] == nil, let any = events.keys.first { events[any] = nil }
+            events[store] = Event(after: cursor, upTo: upTo, bytes: bytes)
+        }
     }
 }

@@ -19,6 +19,7 @@ public final class HTTPRemote: Remote {
     private let client: HTTPClient
     private let account: Mutex<String?>
     private let prefetched = Mutex<Prefetched?>(nil)
+    private let stream = Mutex<ChangeStream?>(nil)
 
     public init(url: String, store: String, token: String, client: HTTPClient = HTTPRemote.client) {
         description = url
@@ -57,18 +58,26 @@ public final class HTTPRemote: Remote {
         return try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096", as: ChangeBatch.self)
     }
 
-    /// A long poll for the changes themselves: what it brings back is kept for the fetch that
-    /// follows, so that a change costs the watcher one request, not two.
+    /// The next batch of the server's event stream for this store (opened from `cursor`, and
+    /// opened again whenever the caller's cursor is not where the stream has got to). The batch
+    /// is kept for the fetch that follows, so that a change costs the mount no request at all.
+    /// False after a keep-alive (every 10 s) with no change.
     public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
-        let seconds = max(1, min(60, Int(timeout.components.seconds)))
-        let batch = try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096&wait=\(seconds)", as: ChangeBatch.self,
-                                      timeout: .seconds(Int64(seconds) + 10))
-        guard !batch.changes.isEmpty else { return false }
+        let stream = try await changeStream(from: cursor)
+        guard let batch = try await stream.next(), !batch.changes.isEmpty else { return false }
         prefetched.withLock { $0 = Prefetched(after: cursor, batch: batch, at: .now) }
         return true
     }
 
-    /// Changes a long poll brought back, good for a fetch from the same cursor within a second
+    private func changeStream(from cursor: Int64) async throws -> ChangeStream {
+        if let open = stream.withLock({ $0 }), open.position == cursor, !open.isFinished { return open }
+        let opened = try await ChangeStream(response: send(.GET, storePath("events") + "?after=\(cursor)", timeout: .hours(24 * 365)),
+                                            from: cursor, base: base)
+        stream.withLock { $0 = opened }
+        return opened
+    }
+
+    /// Changes the event stream brought, good for a fetch from the same cursor within a second
     /// (a batch that is a little old is still every change after the cursor up to its own).
     private struct Prefetched {
         var after: Int64
@@ -135,6 +144,23 @@ public final class HTTPRemote: Remote {
 
     private func request<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil, as type: T.Type,
                                        timeout: TimeAmount = .seconds(30)) async throws -> T {
+        let response = try await send(method, path, body: body, timeout: timeout)
+        let data: Data
+        do {
+            data = Data(try await response.body.collect(upTo: 64 << 20).readableBytesView)
+        } catch {
+            throw RemoteError.unreachable("\(base): \(error)")
+        }
+        do {
+            return try JSONDecoder().decode(T.self, from: data)
+        } catch {
+            throw RemoteError.unreachable("\(base)\(path): an answer that is not the protocol's: \(error)")
+        }
+    }
+
+    /// Sends a request and returns a 200 response whose body is still to read; other answers
+    /// become the `RemoteError` they mean.
+    private func send(_ method: HTTPMethod, _ path: String, body: Data? = nil, timeout: TimeAmount) async throws -> HTTPClientResponse {
         var request = HTTPClientRequest(url: base + path)
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
@@ -143,15 +169,13 @@ public final class HTTPRemote: Remote {
             request.body = .bytes(ByteBuffer(bytes: Array(body)))
         }
         let response: HTTPClientResponse
-        let bytes: ByteBuffer
         do {
             response = try await client.execute(request, timeout: timeout)
-            bytes = try await response.body.collect(upTo: 64 << 20)
         } catch {
             throw RemoteError.unreachable("\(base): \(error)")
         }
-        let data = Data(bytes.readableBytesView)
         guard response.status == .ok else {
+            let data = Data((try? await response.body.collect(upTo: 1 << 20))?.readableBytesView ?? ByteBuffer().readableBytesView)
             let message = (try? JSONDecoder().decode(ErrorBody.self, from: data).error.message) ?? response.status.reasonPhrase
             switch response.status {
             case .tooManyRequests, .serviceUnavailable:
@@ -161,10 +185,6 @@ public final class HTTPRemote: Remote {
                 throw RemoteError.refused("\(response.status.code) \(message)")
             }
         }
-        do {
-            return try JSONDecoder().decode(T.self, from: data)
-        } catch {
-            throw RemoteError.unreachable("\(base)\(path): an answer that is not the protocol's: \(error)")
-        }
+        return response
     }
 }

@@ -1,7 +1,7 @@
 // kvsfs-load: a load generator for `kvsfs serve` (bench/load.sh runs it).
 //
-// Watchers speak the protocol exactly as mounts do: a long poll for the changes after their
-// cursor (GET .../changes?after=N&wait=S), again and again. Writers push one change at a time at a steady rate, each to
+// Watchers speak the protocol exactly as mounts do: each holds the store's event stream
+// (GET .../events?after=N, server-sent events) and reads the batches of changes it brings. Writers push one change at a time at a steady rate, each to
 // a random store; a change's value is the time it was pushed, so every watcher that fetches it
 // knows how long it took to arrive. Prints propagation percentiles, push latency, and the server's
 // CPU and memory over the measured window.
@@ -9,6 +9,7 @@ import AsyncHTTPClient
 import Foundation
 import KVCloud
 import KVStore
+import KVSync
 import NIOCore
 import Synchronization
 
@@ -131,18 +132,35 @@ struct LoadClient: Sendable {
         return try JSONDecoder().decode(T.self, from: Data(body.readableBytesView))
     }
 
-    /// A mount's watch loop: long poll for changes, note each one's delay.
+    /// A mount's watch: the store's event stream, each batch's changes noted with their delay;
+    /// opened again from the last cursor if it fails.
     func watch(_ store: String, until deadline: ContinuousClock.Instant, tally: Tally) async {
         var cursor: Int64 = (try? await get(path(store, "cursor?after=0&wait=0"), as: [String: Int64].self)["cursor"]) ?? 0
-        tally.connected()
+        var connected = false
         while ContinuousClock.now < deadline {
             do {
-                let seconds = min(30, max(1, Int((deadline - ContinuousClock.now).components.seconds) + 1))
-                let batch = try await get(path(store, "changes?after=\(cursor)&limit=4096&wait=\(seconds)"), as: ChangeBatch.self)
-                for change in batch.changes {
-                    if let sent = change.value.flatMap(Self.sentTime) { tally.delivered(sentAt: sent) }
+                var request = HTTPClientRequest(url: path(store, "events?after=\(cursor)"))
+                request.headers.add(name: "Authorization", value: "Bearer \(options.token)")
+                let response = try await client.execute(request, deadline: .now() + .seconds(Int64(options.seconds) + 60))
+                guard response.status == .ok else { throw LoadError(status: Int(response.status.code)) }
+                if !connected {
+                    connected = true
+                    tally.connected()
                 }
-                cursor = batch.cursor
+                var pending = ByteBuffer()
+                for try await chunk in response.body {
+                    var chunk = chunk
+                    pending.writeBuffer(&chunk)
+                    while let event = ServerSentEvents.next(in: &pending) {
+                        guard let data = event.split(separator: "\n").first(where: { $0.hasPrefix("data: ") }) else { continue }
+                        let batch = try JSONDecoder().decode(ChangeBatch.self, from: Data(data.dropFirst(6).utf8))
+                        for change in batch.changes {
+                            if let sent = change.value.flatMap(Self.sentTime) { tally.delivered(sentAt: sent) }
+                        }
+                        cursor = batch.cursor
+                    }
+                    if ContinuousClock.now >= deadline { return }
+                }
             } catch {
                 tally.watchFailed()
                 try? await Task.sleep(for: .milliseconds(100))

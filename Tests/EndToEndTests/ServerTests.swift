@@ -105,6 +105,26 @@ struct ServerTests {
         }
     }
 
+    @Test("the event stream brings each change as it lands, and ends when its token is revoked")
+    func eventStream() throws {
+        try withServerAndMounts { (server, _, a, _, dir) throws in
+            let token = try server.admin(["token", "create", "alice"])
+            let result = try shell("""
+                curl -sN -H 'Authorization: Bearer \(token)' '\(server.url)/v1/alice/default/events?after=0' > \(dir.path)/events &
+                reader=$!
+                sleep 0.5
+                echo streamed > \(a.path("k"))
+                \(shellWait(until: "grep -q '\"key\":\"k\"' \(dir.path)/events"))
+                \(kvsfsBinary) token revoke \(token) --database \(server.database)
+                for i in $(seq 150); do kill -0 $reader 2>/dev/null || break; sleep 0.1; done
+                kill -0 $reader 2>/dev/null && echo "still streaming" || echo "stream ended"
+                cat \(dir.path)/events
+                """, timeout: 60)
+            #expect(result.standardOutput.contains("stream ended"), "\(result)")
+            #expect(result.standardOutput.contains("id: 1\ndata: {"), "\(result)")
+        }
+    }
+
     @Test("a token over its rate limit gets 429 with Retry-After; /metrics reports requests, pushes and watchers")
     func rateLimitAndMetrics() throws {
         let dir = TemporaryDirectory("kvsfs-server")

@@ -1,0 +1,116 @@
+import AsyncHTTPClient
+import Foundation
+import KVCloud
+import NIOCore
+import Synchronization
+
+/// A sync server's event stream of one store (`GET .../events?after=N`, server-sent events):
+/// a task reads it and queues each batch of changes, and an empty batch for each keep-alive.
+/// One consumer (the sync engine's watcher) takes them with `next()`.
+final class ChangeStream: Sendable {
+    private struct State: Sendable {
+        var queue: [ChangeBatch] = []
+        var failure: (any Error)?
+        var finished = false
+        var waiter: CheckedContinuation<Void, Never>?
+        /// The cursor the consumer has taken batches up to.
+        var position: Int64
+    }
+
+    /// The state, shared with the reading task.
+    private final class Shared: Sendable {
+        let state: Mutex<State>
+        init(_ state: State) { self.state = Mutex(state) }
+    }
+
+    private let shared: Shared
+    private let reader: Task<Void, Never>
+
+    init(response: HTTPClientResponse, from cursor: Int64, base: String) {
+        let shared = Shared(State(position: cursor))
+        self.shared = shared
+        reader = Task {
+            var failure: any Error = RemoteError.unreachable("\(base): the event stream ended")
+            do {
+                var pending = ByteBuffer()
+                for try await chunk in response.body {
+                    var chunk = chunk
+                    pending.writeBuffer(&chunk)
+                    while let event = ServerSentEvents.next(in: &pending) {
+                        ChangeStream.deliver(try Self.batch(in: event), to: shared)
+                    }
+                }
+            } catch {
+                failure = error is DecodingError ? RemoteError.unreachable("\(base): an event that is not the protocol's: \(error)")
+                                                 : RemoteError.unreachable("\(base): \(error)")
+            }
+            let waiter = shared.state.withLock { state in
+                state.finished = true
+                state.failure = failure
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume()
+        }
+    }
+
+    deinit { reader.cancel() }
+
+    /// Where the consumer has got to: a stream is reused only by a caller at that cursor.
+    var position: Int64 { shared.state.withLock { $0.position } }
+    var isFinished: Bool { shared.state.withLock { $0.finished && $0.queue.isEmpty } }
+
+    /// The next batch (empty for a keep-alive), waiting for it; throws once the stream ended.
+    func next() async throws -> ChangeBatch? {
+        while true {
+            let taken: Result<ChangeBatch, any Error>? = shared.state.withLock { state in
+                if !state.queue.isEmpty {
+                    let batch = state.queue.removeFirst()
+                    if !batch.changes.isEmpty { state.position = batch.cursor }
+                    return .success(batch)
+                }
+                if state.finished { return .failure(state.failure ?? RemoteError.unreachable("the event stream ended")) }
+                return nil
+            }
+            if let taken { return try taken.get() }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = shared.state.withLock { state in
+                    guard state.queue.isEmpty, !state.finished else { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        }
+    }
+
+    private static func deliver(_ batch: ChangeBatch, to shared: Shared) {
+        let waiter = shared.state.withLock { state in
+            state.queue.append(batch)
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// The batch an event's `data:` lines carry; an empty one for a comment (keep-alive).
+    private static func batch(in event: String) throws -> ChangeBatch {
+        let data = event.split(separator: "\n").filter { $0.hasPrefix("data:") }.map { $0.dropFirst(5).drop { $0 == " " } }
+        guard !data.isEmpty else { return ChangeBatch(changes: [], cursor: 0, complete: true) }
+        return try JSONDecoder().decode(ChangeBatch.self, from: Data(data.joined(separator: "\n").utf8))
+    }
+}
+
+/// The framing of server-sent events.
+public enum ServerSentEvents {
+    /// Takes one event (its lines, up to a blank line) off the front of `buffer`; nil until a
+    /// whole one has arrived.
+    public static func next(in buffer: inout ByteBuffer) -> String? {
+        let bytes = buffer.readableBytesView
+        guard let end = bytes.firstRange(of: [10, 10]) else { return nil }
+        let event = String(decoding: bytes[bytes.startIndex..<end.lowerBound], as: UTF8.self)
+        buffer.moveReaderIndex(forwardBy: end.upperBound - bytes.startIndex)
+        buffer.discardReadBytes()
+        return event
+    }
+}
