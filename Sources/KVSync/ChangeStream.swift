@@ -60,7 +60,8 @@ final class ChangeStream: Sendable {
     var position: Int64 { shared.state.withLock { $0.position } }
     var isFinished: Bool { shared.state.withLock { $0.finished && $0.queue.isEmpty } }
 
-    /// The next batch (empty for a keep-alive), waiting for it; throws once the stream ended.
+    /// The next batch (empty for a keep-alive), waiting for it; throws once the stream ended
+    /// or the waiting task is cancelled.
     func next() async throws -> ChangeBatch? {
         while true {
             let taken: Result<ChangeBatch, any Error>? = shared.state.withLock { state in
@@ -73,13 +74,22 @@ final class ChangeStream: Sendable {
                 return nil
             }
             if let taken { return try taken.get() }
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let ready = shared.state.withLock { state in
-                    guard state.queue.isEmpty, !state.finished else { return true }
-                    state.waiter = continuation
-                    return false
+            try Task.checkCancellation()
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let ready = shared.state.withLock { state in
+                        guard state.queue.isEmpty, !state.finished, !Task.isCancelled else { return true }
+                        state.waiter = continuation
+                        return false
+                    }
+                    if ready { continuation.resume() }
                 }
-                if ready { continuation.resume() }
+            } onCancel: {
+                let waiter = shared.state.withLock { state in
+                    defer { state.waiter = nil }
+                    return state.waiter
+                }
+                waiter?.resume()
             }
         }
     }
