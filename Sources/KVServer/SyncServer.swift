@@ -144,9 +144,9 @@ public struct SyncServer: Sendable {
                 cursor = batch.cursor
                 continue
             }
-            let before = notifier.version(of: store)
             await notifier.wait(for: store, since: seen, timeout: .seconds(10))
-            if notifier.version(of: store) == before { try await writer.write(ByteBuffer(string: ": keep-alive\n\n")) }
+            // Nothing landed: the wait timed out.
+            if notifier.version(of: store) == seen { try await writer.write(ByteBuffer(string: ": keep-alive\n\n")) }
         }
         try await writer.finish(nil)
     }
