@@ -273,6 +273,9 @@ public struct TestDatabase: Sendable {
         guard let server = ProcessInfo.processInfo.environment["KVSFS_TEST_POSTGRES"], !server.isEmpty else {
             throw DaemonError(description: "KVSFS_TEST_POSTGRES is not set: run scripts/test, which starts PostgreSQL and sets it")
         }
+        guard server.hasPrefix("postgres://"), !server.contains("\n") else {
+            throw DaemonError(description: "KVSFS_TEST_POSTGRES is not one postgres:// URL: \(server)")
+        }
         return server
     }
 
