@@ -66,7 +66,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
     public let store: KeyValueStore
     public let configuration: MountConfiguration
     private let log: @Sendable (String) -> Void
-    private let state: Mutex<Namespace>
+    private let state: GuardedNamespace
     private let sync: SyncHooks?
 
     public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(), sync: SyncHooks? = nil,
@@ -75,7 +75,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         self.configuration = configuration
         self.sync = sync
         self.log = log
-        self.state = Mutex(Namespace(now: Date()))
+        self.state = GuardedNamespace(Namespace(now: Date()))
     }
 
     public func errno(for error: any Error) -> Int32 {
@@ -96,11 +96,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     public func forget(inode: InodeNumber, lookups: UInt64) {
-        state.withLock { ns in
-            guard let node = ns.nodes[inode] else { return }
-            node.lookups -= min(lookups, node.lookups)
-            ns.dropIfUnused(node)
-        }
+        state.forget(inode, lookups: lookups)
     }
 
     public func getattr(inode: InodeNumber) throws -> AttributesReply {

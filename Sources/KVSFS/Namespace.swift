@@ -1,6 +1,7 @@
 import FoundationEssentials
 import FuseKit
 import KVStore
+import Synchronization
 
 /// A file of the mount, as the kernel knows it by inode number.
 final class Node {
@@ -131,6 +132,52 @@ struct Namespace {
     mutating func dropIfUnused(_ node: Node) {
         if node.isRemoved, node.lookups == 0, node.openHandles == 0 {
             nodes[node.inode] = nil
+        }
+    }
+}
+
+/// The namespace behind its lock, and the FORGETs that arrived while the lock was held.
+///
+/// A FORGET needs no reply, yet the kernel sends it right after the request that dropped the
+/// file (an unlink, say), while the next request is already on its way. Taking the lock for it
+/// then made that next request sleep on a contended lock; the FORGET is instead queued and
+/// applied by whoever holds the lock next. Lookup counts only add and subtract, so a late
+/// FORGET leaves them as an early one would.
+final class GuardedNamespace: Sendable {
+    private struct Forget {
+        let inode: InodeNumber
+        let lookups: UInt64
+    }
+
+    private let namespace: Mutex<Namespace>
+    private let forgets = Mutex<[Forget]>([])
+
+    init(_ namespace: sending Namespace) {
+        self.namespace = Mutex(namespace)
+    }
+
+    func withLock<Result, E: Error>(_ body: (inout Namespace) throws(E) -> sending Result) throws(E) -> sending Result {
+        try namespace.withLock { (ns: inout sending Namespace) throws(E) -> sending Result in
+            applyForgets(to: &ns)
+            return try body(&ns)
+        }
+    }
+
+    /// Applies the FORGET now if the lock is free, else leaves it to the lock's next holder.
+    func forget(_ inode: InodeNumber, lookups: UInt64) {
+        forgets.withLock { $0.append(Forget(inode: inode, lookups: lookups)) }
+        _ = namespace.withLockIfAvailable { (ns: inout sending Namespace) -> Void in applyForgets(to: &ns) }
+    }
+
+    private func applyForgets(to ns: inout Namespace) {
+        let queued = forgets.withLock { queued -> [Forget] in
+            defer { queued.removeAll(keepingCapacity: true) }
+            return queued
+        }
+        for forget in queued {
+            guard let node = ns.nodes[forget.inode] else { continue }
+            node.lookups -= min(forget.lookups, node.lookups)
+            ns.dropIfUnused(node)
         }
     }
 }
