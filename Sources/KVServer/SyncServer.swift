@@ -121,13 +121,25 @@ public struct SyncServer: Sendable {
 
     // MARK: - Requests
 
+    /// How long an event stream goes on trusting its token before it looks it up again.
+    static let streamTokenRecheck = Duration.seconds(1)
+
     /// Writes every batch of changes after `cursor` as an event as soon as it lands, and a
     /// comment every 10 s so that a dead connection is found; ends when `allowed` turns false
     /// (a revoked token), at shutdown, or when the client goes away (a write fails).
+
     private func streamChanges(of store: String, after cursor: Int64, while allowed: () async -> Bool,
                                to writer: inout any ResponseBodyWriter) async throws {
         var cursor = cursor
-        while !notifier.isClosed, await allowed() {
+        // The request was authorized just now. Looking the token up again before every event
+        // cost each stream a database read per change; once a second is enough for a revoke to
+        // end the stream promptly.
+        var checked = ContinuousClock.now
+        while !notifier.isClosed {
+            if ContinuousClock.now - checked >= Self.streamTokenRecheck {
+                guard await allowed() else { break }
+                checked = .now
+            }
             let seen = notifier.version(of: store)
             if let (event, upTo) = recentEvents.event(of: store, after: cursor) {
                 try await writer.write(event)
