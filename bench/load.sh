@@ -20,6 +20,7 @@ for product in kvsfs kvsfs-load; do
     (cd "$repo" && swift build -c release --product "$product" >"$work/build.log" 2>&1) || { cat "$work/build.log" >&2; exit 1; }
 done
 kvsfs="$repo/.build/release/kvsfs"
+sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
 database="sqlite://$work/server.sqlite"
 if [ "$backend" = postgres ]; then bench_postgres_database; fi
 ulimit -n "$(ulimit -Hn)"   # a socket per watcher, in the generator and in the server

@@ -22,6 +22,7 @@ bench_work bench
 cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
 cc -O2 -o "$work/smallfile_bench" "$anchors/smallfile_bench.c"
 (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
+sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
 kvsfs="$repo/.build/release/kvsfs"
 
 

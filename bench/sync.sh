@@ -20,6 +20,7 @@ bench_work syncbench
 
 cc -O2 -o "$work/propagation" "$here/propagation.c"
 (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
+sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
 kvsfs="$repo/.build/release/kvsfs"
 remote="file://$work/cloud/cloud.sqlite"
 access=()
