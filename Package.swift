@@ -61,7 +61,7 @@ let package = Package(
             "KVStore", "KVCloud", "KVSync", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ]),
         .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
-        .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport"]),
+        .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "SyncTests", dependencies: [
             "KVStore", "KVCloud", "KVSync", "KVTestSupport",
             .product(name: "PropertyBased", package: "swift-property-based"),

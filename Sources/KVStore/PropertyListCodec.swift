@@ -8,6 +8,7 @@ import Foundation
 public enum PropertyListCodec {
     /// Parses any property-list format; throws `StoreError.invalidPropertyList` otherwise.
     public static func decode(_ bytes: some Collection<UInt8>) throws(StoreError) -> PropertyListValue {
+        if let value = PlainStringPropertyList.decode(bytes) { return value }
         let data = Data(bytes)
         guard !data.isEmpty else { throw .invalidPropertyList("the file is empty") }
         let object: Any

@@ -82,3 +82,56 @@ struct PropertyListCodecTests {
 extension PropertyListValue: CustomTestStringConvertible {
     public var testDescription: String { "\(type.rawValue)" }
 }
+
+@Suite("The plain-string reader")
+struct PlainStringReaderTests {
+    /// Documents near the plain-string form: the first choice of each part is the form the
+    /// reader takes, the others are ones it must leave to Foundation (other declarations,
+    /// entities, CDATA, carriage returns, other elements, trailing text, non-ASCII).
+    static let declarations = [#"<?xml version="1.0" encoding="UTF-8"?>"#, #"<?xml version="1.0"?>"#, "", " "]
+    static let doctypes = [#"<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">"#, ""]
+    static let gaps = ["\n", "", "\n\t ", "\r\n", "x"]
+    static let pieces = ["a", "hello", " ", "\t", "\n", "\r", "&amp;", "&lt;", "&#65;", "&", "<", ">", "]]>", "<![CDATA[x]]>",
+                         "é", "😀", "\u{1}", "\u{7F}", "0", "<b/>", "plist"]
+    static let elements = [("<string>", "</string>"), ("<string>", "</strin>"), ("<key>", "</key>"), ("<integer>", "</integer>")]
+
+    @Test("whatever it reads, Foundation reads the same; what Foundation refuses, the codec refuses")
+    func agreesWithFoundation() {
+        var generator = SplitMix(seed: 0x6B76_7366)
+        /// Mostly the first choice, so that most documents are near the plain form.
+        func pick<T>(_ choices: [T]) -> T {
+            Int.random(in: 0..<4, using: &generator) == 0 ? choices.randomElement(using: &generator)! : choices[0]
+        }
+        var strings = 0
+        for _ in 0..<4000 {
+            let content = (0..<Int.random(in: 0...3, using: &generator)).map { _ in Self.pieces.randomElement(using: &generator)! }.joined()
+            let (open, close) = pick(Self.elements)
+            let document = [pick(Self.declarations), pick(Self.gaps), pick(Self.doctypes), pick(Self.gaps),
+                            #"<plist version="1.0">"#, pick(Self.gaps), open, content, close, pick(Self.gaps), "</plist>",
+                            pick(Self.gaps)].joined()
+            let bytes = Array(document.utf8)
+            let foundation = try? PropertyListSerialization.propertyList(from: Data(bytes), options: [], format: nil)
+            let codec = try? PropertyListCodec.decode(bytes)
+            if let text = foundation as? String {
+                strings += 1
+                #expect(codec == .string(text), "\(document.debugDescription)")
+            } else if case .string? = codec {
+                Issue.record("the codec read a string where Foundation read \(String(describing: foundation)): \(document.debugDescription)")
+            }
+        }
+        #expect(strings > 1000, "the generator reaches readable strings often enough to test the reader")
+    }
+}
+
+/// A small seeded generator, so that a failing case comes back on every run.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
