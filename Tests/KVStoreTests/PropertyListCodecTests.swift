@@ -1,5 +1,6 @@
 import Foundation
 import KVStore
+import KVTestSupport
 import Testing
 
 @Suite("Property-list codec")
@@ -97,7 +98,7 @@ struct PlainStringReaderTests {
 
     @Test("whatever it reads, Foundation reads the same; what Foundation refuses, the codec refuses")
     func agreesWithFoundation() {
-        var generator = SplitMix(seed: 0x6B76_7366)
+        var generator = SeededGenerator(seed: 0x6B76_7366)
         /// Mostly the first choice, so that most documents are near the plain form.
         func pick<T>(_ choices: [T]) -> T {
             Int.random(in: 0..<4, using: &generator) == 0 ? choices.randomElement(using: &generator)! : choices[0]
@@ -120,18 +121,5 @@ struct PlainStringReaderTests {
             }
         }
         #expect(strings > 1000, "the generator reaches readable strings often enough to test the reader")
-    }
-}
-
-/// A small seeded generator, so that a failing case comes back on every run.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

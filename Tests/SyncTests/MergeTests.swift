@@ -200,16 +200,3 @@ func value(_ store: KeyValueStore, _ key: String) throws -> String? {
     guard let entry = store.entry(forKey: key), case .string(let text) = try PropertyListCodec.decode(entry.xml) else { return nil }
     return text
 }
-
-/// A deterministic generator (SplitMix64).
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
