@@ -26,7 +26,9 @@ let package = Package(
             providers: [.apt(["libfuse3-dev"])]
         ),
         .target(name: "FuseKit", dependencies: ["CFuse"]),
-        .target(name: "KVStore", dependencies: [.product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "KVStore", dependencies: [
+            .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
+        ]),
         .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore"]),
         .target(name: "KVCloud", dependencies: ["KVStore", .product(name: "GRDB", package: "GRDB.swift")]),
         .target(name: "KVSync", dependencies: [

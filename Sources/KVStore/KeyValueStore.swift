@@ -412,8 +412,16 @@ public final class KeyValueStore: Sendable {
                 modifiedAt = excluded.modifiedAt, sequence = excluded.sequence, counter = excluded.counter,
                 device = excluded.device, syncState = excluded.syncState
             """)
-        try statement.execute(arguments: [key, entry.map { Data($0.xml) }, entry?.type.rawValue,
-                                          stamp.time, sequence, stamp.counter, stamp.device, syncState.rawValue])
+        let row = DirectBinding(statement)
+        row.bind(1, key)
+        row.bind(2, entry?.xml)
+        row.bind(3, entry?.type.rawValue)
+        row.bind(4, stamp.time)
+        row.bind(5, sequence)
+        row.bind(6, Int64(stamp.counter))
+        row.bind(7, stamp.device)
+        row.bind(8, syncState.rawValue)
+        try row.run(in: db)
     }
 
     private static var limitNames: [(String, WritableKeyPath<QuotaLimits, Int>)] {
