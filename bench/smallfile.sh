@@ -7,7 +7,8 @@
 # kvsfs is mounted as `kvsfs mount` would be by default (syncing with cloud.sqlite in its data
 # directory); KVSFS_MOUNT_OPTIONS adds options, e.g. "--remote none" for the mount alone.
 #
-# Each phase's figure is the median over ROUNDS runs; the three file systems take turns in every
+# Each phase's ops/s is the median over ROUNDS runs, its ratio the median of the rounds' ratios
+# (with their range); the three file systems take turns in every
 # round so that a noisy machine slows them alike.
 set -euo pipefail
 rounds=${1:-5}; keys=${2:-1000}; value_bytes=${3:-64}
@@ -39,20 +40,26 @@ for round in $(seq "$rounds"); do
     done
 done
 
+# Ratios are taken round by round (memfs_ll and kvsfs ran seconds apart), then the median:
+# this machine's speed drifts over minutes, which the medians of ops/s alone would mix in.
 awk -v rounds="$rounds" '
-function median(fs, phase,   n, i, j, t, v) {
-    n = 0; for (i = 1; i <= count[fs, phase]; i++) v[++n] = val[fs, phase, i]
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-    return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+function sort(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t } }
+function middle(v, n) { return (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+function median(fs, phase,   n, i, v) {
+    n = count[fs, phase]; for (i = 1; i <= n; i++) v[i] = val[fs, phase, i]
+    sort(v, n); return middle(v, n)
 }
-{ count[$1, $2]++; val[$1, $2, count[$1, $2]] = $3; phases[$2] = 1 }
+{ count[$1, $2]++; val[$1, $2, count[$1, $2]] = $3 }
 END {
     split("write stat read overwrite unlink", order, " ")
     split("0.6 1.0 1.0 0.6 0.6", target, " ")
-    printf "%-10s %12s %12s %12s %16s %8s\n", "phase", "tmpfs", "memfs_ll", "kvsfs", "kvsfs/memfs_ll", "target"
+    printf "%-10s %10s %10s %10s %15s %13s %8s\n", "phase", "tmpfs", "memfs_ll", "kvsfs", "kvsfs/memfs_ll", "round range", "target"
     for (i = 1; i <= 5; i++) {
-        p = order[i]; t = median("tmpfs", p); m = median("memfs", p); k = median("kvsfs", p)
-        printf "%-10s %12.0f %12.0f %12.0f %16.2f %8s\n", p, t, m, k, k / m, ">= " target[i]
+        p = order[i]; n = count["kvsfs", p]
+        for (r = 1; r <= n; r++) ratio[r] = val["kvsfs", p, r] / val["memfs", p, r]
+        sort(ratio, n)
+        printf "%-10s %10.0f %10.0f %10.0f %15.2f %6.2f-%-6.2f %8s\n", p, median("tmpfs", p), median("memfs", p), median("kvsfs", p),
+            middle(ratio, n), ratio[1], ratio[n], ">= " target[i]
     }
 }' "$work/results"
 
