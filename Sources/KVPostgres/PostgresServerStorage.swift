@@ -110,18 +110,20 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         let keys = Array(Set(changes.map(\.key)))
         return try await run {
             try await client.withTransaction(logger: logger) { db in
-                let limits = QuotaLimits.modelled
-                try await db.query("""
-                    INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes)
-                    VALUES (\(store), 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes))
-                    ON CONFLICT (id) DO NOTHING
-                    """, logger: logger)
-                let state = try await Self.lockState(of: store, db, logger)
-                var current = [String: StampedChange]()
-                let rows = try await db.query("""
-                    SELECT key, value, type, time, counter, device, cursor FROM kvsfs_change WHERE store = \(store) AND key = ANY(\(keys))
-                    """, logger: logger)
-                for try await row in rows.decode(ChangeRow.self) { current[row.0] = Self.change(row) }
+                // Round trips are what a push costs here (each one resumes the task between
+                // other requests), so the lock, the store's state and the keys' current changes
+                // come back together; the store's row is made on its first push.
+                var locked = try await Self.lockState(of: store, keys: keys, db, logger)
+                if locked == nil {
+                    let limits = QuotaLimits.modelled
+                    try await db.query("""
+                        INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes)
+                        VALUES (\(store), 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes))
+                        ON CONFLICT (id) DO NOTHING
+                        """, logger: logger)
+                    locked = try await Self.lockState(of: store, keys: keys, db, logger)
+                }
+                guard let (state, current) = locked else { throw CloudError.unavailable("store \(store) vanished during a push") }
                 let decision = CloudLedger.decide(changes, current: current, state: state)
                 guard !decision.writes.isEmpty else { return decision.outcome }
                 for (change, cursor) in decision.writes {
@@ -133,12 +135,13 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                             counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
                         """, logger: logger)
                 }
+                // The notification reaches every listening instance when the transaction commits.
                 try await db.query("""
-                    UPDATE kvsfs_store SET cursor = \(decision.state.cursor), bytes = \(decision.state.usage.bytes),
-                        keys = \(decision.state.usage.keys) WHERE id = \(store)
+                    WITH updated AS (
+                        UPDATE kvsfs_store SET cursor = \(decision.state.cursor), bytes = \(decision.state.usage.bytes),
+                            keys = \(decision.state.usage.keys) WHERE id = \(store) RETURNING id)
+                    SELECT pg_notify(\(Self.channel), \(instance + " " + store)) FROM updated
                     """, logger: logger)
-                // Delivered to every listening instance when the transaction commits.
-                try await db.query("SELECT pg_notify(\(Self.channel), \(instance + " " + store))", logger: logger)
                 return decision.outcome
             }
         }
@@ -239,15 +242,28 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                       stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
     }
 
-    private static func lockState(of store: String, _ db: PostgresConnection, _ logger: Logger) async throws -> CloudStoreState {
+    /// Locks `store`'s row and reads its state with the latest changes of `keys`; nil when
+    /// the store has no row yet.
+    private static func lockState(of store: String, keys: [String], _ db: PostgresConnection, _ logger: Logger) async throws
+        -> (CloudStoreState, [String: StampedChange])? {
         let rows = try await db.query("""
-            SELECT cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes FROM kvsfs_store WHERE id = \(store) FOR UPDATE
+            SELECT s.cursor, s.bytes, s.keys, s.total_bytes, s.value_bytes, s.max_keys, s.key_name_bytes,
+                   c.key, c.value, c.type, c.time, c.counter, c.device
+            FROM kvsfs_store s LEFT JOIN kvsfs_change c ON c.store = s.id AND c.key = ANY(\(keys))
+            WHERE s.id = \(store) FOR UPDATE OF s
             """, logger: logger)
-        for try await (cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes) in rows.decode((Int64, Int, Int, Int, Int, Int, Int).self) {
-            return CloudStoreState(limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
-                                   usage: QuotaUsage(bytes: bytes, keys: keys), cursor: cursor)
+        var state: CloudStoreState?
+        var current = [String: StampedChange]()
+        for try await row in rows.decode((Int64, Int, Int, Int, Int, Int, Int, String?, Data?, String?, Int64?, Int32?, String?).self) {
+            let (cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, key, value, type, time, counter, device) = row
+            state = CloudStoreState(limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
+                                    usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
+            if let key, let time, let counter, let device {
+                current[key] = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
+                                             stamp: ChangeStamp(time: time, counter: counter, device: device))
+            }
         }
-        throw CloudError.unavailable("store \(store) vanished during a push")
+        return state.map { ($0, current) }
     }
 
     // MARK: - Accounts

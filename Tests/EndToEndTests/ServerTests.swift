@@ -1,4 +1,5 @@
 import Foundation
+import KVStore
 import KVTestSupport
 import Testing
 
@@ -102,6 +103,37 @@ struct ServerTests {
             let message = try shell("curl -s -X POST -H 'Authorization: Bearer \(reader)' --data '\(body)' \(server.url)/v1/alice/config/changes").standardOutput
             #expect(message.contains("may only read"), "\(message)")
             #expect(try shell("ls \(a.mountpoint)").standardOutput.isEmpty, "nothing reached the store")
+        }
+    }
+
+    @Test("the server keeps the newer of two changes to a key and refuses a value over the quota, whatever the client sends",
+          arguments: ServerBackend.allCases)
+    func mergeAndQuotaOnServer(backend: ServerBackend) throws {
+        try withServerAndMounts(backend) { (server, alice, _, _, dir) throws in
+            func push(_ key: String, _ text: String, time: Int64) throws -> String {
+                let xml = try PropertyListCodec.encodeXML(.string(text))
+                let body = #"{"changes":[{"key":"\#(key)","value":"\#(Data(xml).base64EncodedString())","type":"string","stamp":{"time":\#(time),"counter":0,"device":"curl"}}]}"#
+                try body.write(toFile: dir.path + "/push.json", atomically: true, encoding: .utf8)
+                return try shell("""
+                    curl -s -w ' %{http_code}' -X POST -H 'Authorization: Bearer \(alice)' -H 'Content-Type: application/json' \
+                        --data-binary @\(dir.path)/push.json \(server.url)/v1/alice/quota/changes
+                    """).standardOutput
+            }
+            func held() throws -> [String] {
+                let json = try shell("curl -s -H 'Authorization: Bearer \(alice)' \(server.url)/v1/alice/quota/changes").standardOutput
+                struct Batch: Decodable { struct Change: Decodable { var key: String; var value: Data? }; var changes: [Change] }
+                let batch = try JSONDecoder().decode(Batch.self, from: Data(json.utf8))
+                return try batch.changes.map { change in
+                    guard let value = change.value, case .string(let text) = try PropertyListCodec.decode([UInt8](value)) else { return "\(change.key)=?" }
+                    return "\(change.key)=\(text)"
+                }
+            }
+            #expect(try push("k", "newer", time: 2_000_000).hasSuffix(" 200"))
+            #expect(try push("k", "older", time: 1_000_000).hasSuffix(" 200"))
+            #expect(try held() == ["k=newer"], "the older change does not replace the newer")
+            let refused = try push("big", String(repeating: "x", count: 1_100_000), time: 3_000_000)
+            #expect(refused.hasSuffix(" 200") && refused.contains("\"refused\":[{"), "\(refused.prefix(300))")
+            #expect(try held() == ["k=newer"], "the value over the per-value limit is not stored")
         }
     }
 
