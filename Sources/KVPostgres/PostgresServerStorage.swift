@@ -15,6 +15,8 @@ import PostgresNIO
 /// of its long polls.
 public final class PostgresServerStorage: ServerStorage, AccountStorage {
     public static let channel = "kvsfs_changes"
+    /// Notified with a token's id when it is revoked.
+    public static let tokenChannel = "kvsfs_tokens"
 
     private let client: PostgresClient
     private let runner: Task<Void, Never>
@@ -22,6 +24,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     public let location: PostgresLocation
     /// Names this instance in its notifications, so that it skips its own.
     private let instance = UUID().uuidString.lowercased()
+    private let tokenCache = TokenCache()
 
     public var accounts: any AccountStorage { self }
 
@@ -194,6 +197,13 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                             }
                         }
                         group.addTask {
+                            try await connection.listen(on: Self.tokenChannel) { notifications in
+                                // Hearing revocations from now on: tokens may be kept.
+                                self.tokenCache.setListening(true)
+                                for try await _ in notifications { self.tokenCache.forgetAll() }
+                            }
+                        }
+                        group.addTask {
                             // A connection that died without closing would never end the loop above.
                             while true {
                                 try await Task.sleep(for: .seconds(15))
@@ -205,6 +215,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                                 }
                             }
                         }
+                        defer { self.tokenCache.setListening(false) }
                         try await group.next()
                         group.cancelAll()
                     }
@@ -298,8 +309,10 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     public func revokeToken(id: String, at date: Date) async throws(AccountError) -> Bool {
         try await account {
+            // Every instance hears of it when this commits, and stops trusting the token.
             let rows = try await client.query("""
-                UPDATE kvsfs_token SET revoked_at = \(date) WHERE id = \(id) AND revoked_at IS NULL RETURNING id
+                WITH revoked AS (UPDATE kvsfs_token SET revoked_at = \(date) WHERE id = \(id) AND revoked_at IS NULL RETURNING id)
+                SELECT id FROM revoked, pg_notify(\(Self.tokenChannel), id)
                 """, logger: logger)
             for try await _ in rows.decode(String.self) { return true }
             return false
@@ -320,8 +333,17 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
     }
 
+    /// Kept in memory while this instance hears revocations: open streams look their tokens up
+    /// again once a second, which was most of what a busy instance asked the database.
+    public func stillActiveToken(id: String) async throws(AccountError) -> TokenRecord? {
+        if let kept = tokenCache.lookUp(id).record { return kept }
+        return try await activeToken(id: id)
+    }
+
+    /// Always asks the database, so that a revoke stops requests at once on every instance.
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
-        try await account {
+        let generation = tokenCache.lookUp(id).generation
+        let record: TokenRecord? = try await account {
             let rows = try await client.query("""
                 SELECT id, secret_hash, account, store, read_only, created_at FROM kvsfs_token WHERE id = \(id) AND revoked_at IS NULL
                 """, logger: logger)
@@ -330,6 +352,8 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
             }
             return nil
         }
+        if let record { tokenCache.keep(record, readUnder: generation) }
+        return record
     }
 
     // MARK: - Errors

@@ -104,6 +104,13 @@ public struct AccountDirectory: Sendable {
         return record.scope
     }
 
+    /// The same for a token an open event stream was opened with (`stillActiveToken`).
+    public func stillActiveScope(of token: String) async throws(AccountError) -> TokenScope? {
+        guard let (id, secret) = Self.parse(token), let record = try await storage.stillActiveToken(id: id),
+              Self.constantTimeEqual(record.secretHash, Self.hash(secret)) else { return nil }
+        return record.scope
+    }
+
     public static func isValidName(_ name: String) -> Bool {
         !name.isEmpty && name.count <= 32 && name.allSatisfy { $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_" || $0 == "-") }
     }

@@ -32,6 +32,15 @@ public protocol AccountStorage: Sendable {
     func tokens(of account: String) async throws(AccountError) -> [TokenInfo]
     /// The active (not revoked) token with this id.
     func activeToken(id: String) async throws(AccountError) -> TokenRecord?
+    /// The same, for an open event stream looking at its token again: a storage that hears of
+    /// every revocation as it happens may answer from memory.
+    func stillActiveToken(id: String) async throws(AccountError) -> TokenRecord?
+}
+
+extension AccountStorage {
+    public func stillActiveToken(id: String) async throws(AccountError) -> TokenRecord? {
+        try await activeToken(id: id)
+    }
 }
 
 /// A token's row: its scope and the hash of its secret.

@@ -164,7 +164,7 @@ public struct SyncServer: Sendable {
     }
 
     private func stillAllowed(_ token: String, _ scope: TokenScope) async -> Bool {
-        (try? await accounts.scope(of: token)) == scope
+        (try? await accounts.stillActiveScope(of: token)) == scope
     }
 
     private func bearerToken(_ request: Request) -> String {

@@ -137,9 +137,10 @@ struct ServerTests {
         }
     }
 
-    @Test("the event stream brings each change as it lands, and ends unsent at the next change once its token is revoked")
-    func eventStream() throws {
-        try withServerAndMounts { (server, _, a, _, dir) throws in
+    @Test("the event stream brings each change as it lands, and ends unsent at the next change once its token is revoked",
+          arguments: ServerBackend.allCases)
+    func eventStream(backend: ServerBackend) throws {
+        try withServerAndMounts(backend) { (server, _, a, _, dir) throws in
             let token = try server.admin(["token", "create", "alice"])
             let result = try shell("""
                 curl -sN -H 'Authorization: Bearer \(token)' '\(server.url)/v1/alice/default/events?after=0' > \(dir.path)/events &

@@ -39,8 +39,8 @@ public func run(_ executable: String, _ arguments: [String], environment: [Strin
         exited.wait()
     }
     return CommandResult(status: process.terminationStatus,
-                         standardOutput: String(decoding: outputData.wait(), as: UTF8.self),
-                         standardError: String(decoding: errorData.wait(), as: UTF8.self))
+                         standardOutput: String(decoding: outputData.wait(until: deadline), as: UTF8.self),
+                         standardError: String(decoding: errorData.wait(until: deadline), as: UTF8.self))
 }
 
 /// Runs `body` (which starts a child process) with no signal blocked on this thread, so that
@@ -57,17 +57,24 @@ func withSignalsUnblocked<T>(_ body: () throws -> T) rethrows -> T {
 
 /// Drains a pipe on a background thread so that a chatty child never blocks.
 private final class ReadAll: @unchecked Sendable {
+    private let lock = NSLock()
     private var data = Data()
     private let done = DispatchSemaphore(value: 0)
     init(_ handle: FileHandle) {
         DispatchQueue.global().async {
-            self.data = handle.readDataToEndOfFile()
+            while case let chunk = handle.availableData, !chunk.isEmpty {
+                self.lock.withLock { self.data.append(chunk) }
+            }
             self.done.signal()
         }
     }
-    func wait() -> Data {
-        done.wait()
-        return data
+
+    /// What the pipe gave up to its end, or up to `deadline` when something the child started
+    /// (a script's background process) still holds it open: a test then fails on what it
+    /// read instead of hanging.
+    func wait(until deadline: DispatchTime) -> Data {
+        _ = done.wait(timeout: deadline)
+        return lock.withLock { data }
     }
 }
 
