@@ -336,13 +336,13 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     /// Kept in memory while this instance hears revocations: open streams look their tokens up
     /// again once a second, which was most of what a busy instance asked the database.
     public func stillActiveToken(id: String) async throws(AccountError) -> TokenRecord? {
-        if let kept = tokenCache.lookUp(id).record { return kept }
+        if let kept = tokenCache.record(id) { return kept }
         return try await activeToken(id: id)
     }
 
     /// Always asks the database, so that a revoke stops requests at once on every instance.
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
-        let generation = tokenCache.lookUp(id).generation
+        let generation = tokenCache.generation
         let record: TokenRecord? = try await account {
             let rows = try await client.query("""
                 SELECT id, secret_hash, account, store, read_only, created_at FROM kvsfs_token WHERE id = \(id) AND revoked_at IS NULL

@@ -21,11 +21,13 @@ final class TokenCache: Sendable {
     private static let capacity = 100_000
     private let state = Mutex(State())
 
-    /// The kept record of token `id`, if it may be trusted; and the generation to pass to
-    /// `keep` with what the database says otherwise.
-    func lookUp(_ id: String) -> (record: TokenRecord?, generation: UInt64) {
-        state.withLock { state in (state.listening ? state.tokens[id] : nil, state.generation) }
+    /// The kept record of token `id`, if it may be trusted.
+    func record(_ id: String) -> TokenRecord? {
+        state.withLock { state in state.listening ? state.tokens[id] : nil }
     }
+
+    /// To read before asking the database, and pass to `keep` with its answer.
+    var generation: UInt64 { state.withLock { $0.generation } }
 
     /// Keeps an active token read from the database under `generation`, unless a revocation
     /// was heard (or the listener went down) since.

@@ -99,15 +99,18 @@ public struct AccountDirectory: Sendable {
 
     /// The scope of a presented token; nil for an unknown, wrong or revoked one.
     public func scope(of token: String) async throws(AccountError) -> TokenScope? {
-        guard let (id, secret) = Self.parse(token), let record = try await storage.activeToken(id: id),
-              Self.constantTimeEqual(record.secretHash, Self.hash(secret)) else { return nil }
-        return record.scope
+        guard let (id, secret) = Self.parse(token) else { return nil }
+        return Self.scope(of: try await storage.activeToken(id: id), secret: secret)
     }
 
     /// The same for a token an open event stream was opened with (`stillActiveToken`).
     public func stillActiveScope(of token: String) async throws(AccountError) -> TokenScope? {
-        guard let (id, secret) = Self.parse(token), let record = try await storage.stillActiveToken(id: id),
-              Self.constantTimeEqual(record.secretHash, Self.hash(secret)) else { return nil }
+        guard let (id, secret) = Self.parse(token) else { return nil }
+        return Self.scope(of: try await storage.stillActiveToken(id: id), secret: secret)
+    }
+
+    private static func scope(of record: TokenRecord?, secret: String) -> TokenScope? {
+        guard let record, constantTimeEqual(record.secretHash, hash(secret)) else { return nil }
         return record.scope
     }
 

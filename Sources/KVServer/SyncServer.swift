@@ -25,8 +25,9 @@ import Synchronization
 ///     GET  /v1/ACCOUNT/STORE/events?after=N          text/event-stream: `id: CURSOR` and
 ///                                                    `data: {changes,cursor,complete}` for every
 ///                                                    batch after N as it lands, `: keep-alive`
-///                                                    every 10 s; the token is checked again
-///                                                    before each, so a revoked one ends it
+///                                                    every 10 s; the token is looked up again
+///                                                    at most once a second, before an event or
+///                                                    comment, so a revoked one ends it
 public struct SyncServer: Sendable {
     public let storage: any ServerStorage
     public let accounts: AccountDirectory
@@ -127,7 +128,6 @@ public struct SyncServer: Sendable {
     /// Writes every batch of changes after `cursor` as an event as soon as it lands, and a
     /// comment every 10 s so that a dead connection is found; ends when `allowed` turns false
     /// (a revoked token), at shutdown, or when the client goes away (a write fails).
-
     private func streamChanges(of store: String, after cursor: Int64, while allowed: () async -> Bool,
                                to writer: inout any ResponseBodyWriter) async throws {
         var cursor = cursor

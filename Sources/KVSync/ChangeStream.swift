@@ -37,7 +37,8 @@ final class ChangeStream: Sendable {
                     var chunk = chunk
                     pending.writeBuffer(&chunk)
                     while let event = ServerSentEvents.next(in: &pending) {
-                        ChangeStream.deliver(try Self.batch(in: event), to: shared)
+                        // A comment (keep-alive) is an empty batch.
+                        ChangeStream.deliver(try ServerSentEvents.batch(in: event) ?? ChangeBatch(changes: [], cursor: 0, complete: true), to: shared)
                     }
                 }
             } catch {
@@ -102,13 +103,6 @@ final class ChangeStream: Sendable {
         }
         waiter?.resume()
     }
-
-    /// The batch an event's `data:` lines carry; an empty one for a comment (keep-alive).
-    private static func batch(in event: String) throws -> ChangeBatch {
-        let data = event.split(separator: "\n").filter { $0.hasPrefix("data:") }.map { $0.dropFirst(5).drop { $0 == " " } }
-        guard !data.isEmpty else { return ChangeBatch(changes: [], cursor: 0, complete: true) }
-        return try JSONDecoder().decode(ChangeBatch.self, from: Data(data.joined(separator: "\n").utf8))
-    }
 }
 
 /// The framing of server-sent events.
@@ -122,5 +116,12 @@ public enum ServerSentEvents {
         buffer.moveReaderIndex(forwardBy: end.upperBound - bytes.startIndex)
         buffer.discardReadBytes()
         return event
+    }
+
+    /// The batch of changes an event's `data:` lines carry; nil for a comment (keep-alive).
+    public static func batch(in event: String) throws -> ChangeBatch? {
+        let data = event.split(separator: "\n").filter { $0.hasPrefix("data:") }.map { $0.dropFirst(5).drop { $0 == " " } }
+        guard !data.isEmpty else { return nil }
+        return try JSONDecoder().decode(ChangeBatch.self, from: Data(data.joined(separator: "\n").utf8))
     }
 }

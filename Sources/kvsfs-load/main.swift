@@ -152,8 +152,7 @@ struct LoadClient: Sendable {
                     var chunk = chunk
                     pending.writeBuffer(&chunk)
                     while let event = ServerSentEvents.next(in: &pending) {
-                        guard let data = event.split(separator: "\n").first(where: { $0.hasPrefix("data: ") }) else { continue }
-                        let batch = try JSONDecoder().decode(ChangeBatch.self, from: Data(data.dropFirst(6).utf8))
+                        guard let batch = try ServerSentEvents.batch(in: event) else { continue }
                         for change in batch.changes {
                             if let sent = change.value.flatMap(Self.sentTime) { tally.delivered(sentAt: sent) }
                         }
