@@ -5,10 +5,11 @@ import Synchronization
 /// The local store: keys and their property-list values in one SQLite database (WAL),
 /// checked against the quotas before anything is committed.
 ///
-/// Invariants: the in-memory index equals the live rows of the `entry` table after every call;
-/// a refused operation changes neither; every committed change is in the change log (each key's
-/// row, deleted keys as tombstones, in `sequence` order). A committed change survives a crash of the
-/// process; `makeDurable()` also makes it survive a crash of the machine.
+/// Invariants: the in-memory index equals the live rows of the `entry` table with the change
+/// journal's rows applied, after every call; a refused operation changes neither; every committed
+/// change is in the change log (each key's row, deleted keys as tombstones, in `sequence` order).
+/// A committed change survives a crash of the process (it is in the journal or the database);
+/// `makeDurable()` also makes it survive a crash of the machine.
 public final class KeyValueStore: Sendable {
     /// A key's value as the store holds it.
     public struct Entry: Sendable, Equatable {
@@ -30,6 +31,8 @@ public final class KeyValueStore: Sendable {
         var revision: UInt64 = 0
         var lastSequence: Int64
         var clock: HybridLogicalClock
+        /// Commits not yet in the database; every write to the database takes them along first.
+        let journal: ChangeJournal
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
     }
 
@@ -65,7 +68,10 @@ public final class KeyValueStore: Sendable {
             }
             database = try DatabaseQueue(path: path, configuration: configuration)
             try StoreSchema.migrator.migrate(database)
+            // Opened once the database is ours (exclusive locking): nobody else replays it.
+            let journal = try ChangeJournal(path: path + ".changes")
             let (loaded, device) = try database.write { db -> (State, String) in
+                for row in journal.pending { try Self.record(row, db) }
                 if let limits { try Self.saveLimits(limits, db) }
                 let device = try Self.deviceID(db)
                 let records = try ChangeRecord.fetchAll(db)
@@ -83,9 +89,11 @@ public final class KeyValueStore: Sendable {
                     limits: try Self.loadLimits(db),
                     usedBytes: entries.values.reduce(0) { $0 + $1.size },
                     lastSequence: records.map(\.sequence).max() ?? 0,
-                    clock: clock)
+                    clock: clock,
+                    journal: journal)
                 return (state, device)
             }
+            journal.clear()
             deviceID = device
             state = Mutex(loaded)
         } catch let error as StoreError {
@@ -93,6 +101,11 @@ public final class KeyValueStore: Sendable {
         } catch {
             throw .database(String(describing: error))
         }
+    }
+
+    /// A store dropped in order leaves its journal empty (one that crashed is replayed on open).
+    deinit {
+        state.withLock { state in try? write(&state) { _ in } }
     }
 
     public var limits: QuotaLimits { state.withLock { $0.limits } }
@@ -186,22 +199,24 @@ public final class KeyValueStore: Sendable {
         if committed { changeObserver.withLock { $0 }?.notify() }
     }
 
-    /// Writes changes (already checked) and brings the in-memory index along.
-    private func commit(_ rows: [(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState)], in state: inout State) throws(StoreError) {
-        guard !rows.isEmpty else { return }
+    /// Commits changes (already checked) to the journal and brings the in-memory index along;
+    /// the database gets them with the next batch.
+    private func commit(_ changes: [(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState)], in state: inout State) throws(StoreError) {
+        guard !changes.isEmpty else { return }
         var sequence = state.lastSequence
-        try write { db in
-            for row in rows {
-                sequence += 1
-                try Self.record(key: row.key, entry: row.entry, stamp: row.stamp, syncState: row.syncState, sequence: sequence, db)
-            }
+        let rows = changes.map { change in
+            sequence += 1
+            return ChangeJournal.Row(key: change.key, entry: change.entry, stamp: change.stamp, syncState: change.syncState, sequence: sequence)
         }
+        try state.journal.append(rows)
         state.lastSequence = sequence
         for row in rows {
             state.entries[row.key] = row.entry
             state.changes[row.key] = ChangeMeta(stamp: row.stamp, syncState: row.syncState)
         }
         state.revision &+= 1
+        // Committed already: a batch that fails now is retried with the next write.
+        if state.journal.needsFlush { try? write(&state) { _ in } }
     }
 
     // MARK: - Sync
@@ -271,7 +286,7 @@ public final class KeyValueStore: Sendable {
 
     private func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
-        try write { db in
+        try write(&state) { db in
             for key in keys {
                 try db.cachedStatement(sql: "UPDATE entry SET syncState = 'synced' WHERE key = ?").execute(arguments: [key])
             }
@@ -321,8 +336,8 @@ public final class KeyValueStore: Sendable {
     }
 
     public func setSetting(_ name: String, to value: String?) throws(StoreError) {
-        try state.withLock { (_: inout State) throws(StoreError) in
-            try write { db in
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try write(&state) { db in
                 if let value {
                     try SettingRecord(name: name, value: value).save(db)
                 } else {
@@ -346,9 +361,11 @@ public final class KeyValueStore: Sendable {
     /// A number that changes whenever any value changes (not persisted).
     public var revision: UInt64 { state.withLock { $0.revision } }
 
-    /// Makes every committed change durable on disk (a WAL checkpoint, which syncs).
+    /// Makes every committed change durable on disk: the journal goes to the database, then a
+    /// WAL checkpoint, which syncs.
     public func makeDurable() throws(StoreError) {
-        try state.withLock { (_: inout State) throws(StoreError) in
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try write(&state) { _ in }
             do {
                 try database.writeWithoutTransaction { db in
                     try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
@@ -361,6 +378,7 @@ public final class KeyValueStore: Sendable {
 
     /// The change log after `sequence`, oldest first.
     public func changes(after sequence: Int64 = 0) throws(StoreError) -> [ChangeRecord] {
+        try state.withLock { (state: inout State) throws(StoreError) in try write(&state) { _ in } }
         do {
             return try database.read { db in
                 try ChangeRecord.filter(Column("sequence") > sequence).order(Column("sequence")).fetchAll(db)
@@ -373,7 +391,7 @@ public final class KeyValueStore: Sendable {
     /// Changes the store's limits. Values already stored stay, even over a lowered limit.
     public func setLimits(_ limits: QuotaLimits) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
-            try write { db in try Self.saveLimits(limits, db) }
+            try write(&state) { db in try Self.saveLimits(limits, db) }
             state.limits = limits
         }
     }
@@ -384,13 +402,16 @@ public final class KeyValueStore: Sendable {
         Date(timeIntervalSince1970: (clock().timeIntervalSince1970 * 1000).rounded(.down) / 1000)
     }
 
-    /// Runs `updates` in one transaction. BEGIN and COMMIT are cached statements: GRDB's
-    /// `write` prepares them anew each time, which costs more than the change itself.
-    private func write(_ updates: (Database) throws -> Void) throws(StoreError) {
+    /// Runs `updates` in one transaction, after the journal's rows, and empties the journal once
+    /// that commits: the database never holds a write that overtook a journaled one. BEGIN and
+    /// COMMIT are cached statements: GRDB's `write` prepares them anew each time.
+    private func write(_ state: inout State, _ updates: (Database) throws -> Void) throws(StoreError) {
+        let journaled = state.journal.pending
         do {
             try database.writeWithoutTransaction { db in
                 try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
                 do {
+                    for row in journaled { try Self.record(row, db) }
                     try updates(db)
                     try db.cachedStatement(sql: "COMMIT").execute()
                 } catch {
@@ -402,25 +423,28 @@ public final class KeyValueStore: Sendable {
         } catch {
             throw .database(String(describing: error))
         }
+        if !journaled.isEmpty { state.journal.clear() }
     }
 
-    /// Writes a key's latest change: its value, or a tombstone.
-    private static func record(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState, sequence: Int64, _ db: Database) throws {
+    /// Writes a key's latest change, its value or a tombstone, unless the database already has
+    /// this change or a later one (a journal replayed again after a crash).
+    private static func record(_ change: ChangeJournal.Row, _ db: Database) throws {
         let statement = try db.cachedStatement(sql: """
             INSERT INTO entry (key, value, type, modifiedAt, sequence, counter, device, syncState) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, type = excluded.type,
                 modifiedAt = excluded.modifiedAt, sequence = excluded.sequence, counter = excluded.counter,
                 device = excluded.device, syncState = excluded.syncState
+            WHERE excluded.sequence > entry.sequence
             """)
         let row = DirectBinding(statement)
-        row.bind(1, key)
-        row.bind(2, entry?.xml)
-        row.bind(3, entry?.type.rawValue)
-        row.bind(4, stamp.time)
-        row.bind(5, sequence)
-        row.bind(6, Int64(stamp.counter))
-        row.bind(7, stamp.device)
-        row.bind(8, syncState.rawValue)
+        row.bind(1, change.key)
+        row.bind(2, change.entry?.xml)
+        row.bind(3, change.entry?.type.rawValue)
+        row.bind(4, change.stamp.time)
+        row.bind(5, change.sequence)
+        row.bind(6, Int64(change.stamp.counter))
+        row.bind(7, change.stamp.device)
+        row.bind(8, change.syncState.rawValue)
         try row.run(in: db)
     }
 

@@ -1,0 +1,113 @@
+import Foundation
+import KVStore
+import KVTestSupport
+import Testing
+
+/// A commit reaches the change journal before it is acknowledged and SQLite in batches. These
+/// tests take the store's files as a crash would leave them, copied while the store is still
+/// open (nothing flushed, no clean close), and open the copy.
+@Suite("Change journal")
+struct ChangeJournalTests {
+    private static let files = ["test.sqlite", "test.sqlite-wal", "test.sqlite.changes"]
+
+    /// The store's files as they are on disk right now, in `directory`.
+    private func crashImage(of source: String, in directory: String, editing journal: ((inout [UInt8]) -> Void)? = nil) throws -> KeyValueStore {
+        for name in Self.files {
+            let from = (source as NSString).appendingPathComponent(name)
+            let to = (directory as NSString).appendingPathComponent(name)
+            guard var bytes = FileManager.default.contents(atPath: from).map([UInt8].init) else { continue }
+            if name.hasSuffix(".changes") { journal?(&bytes) }
+            #expect(FileManager.default.createFile(atPath: to, contents: Data(bytes)))
+        }
+        return try KeyValueStore(path: (directory as NSString).appendingPathComponent("test.sqlite"))
+    }
+
+    private func journalSize(_ dir: TemporaryDirectory) throws -> Int {
+        let attributes = try FileManager.default.attributesOfItem(atPath: (dir.path as NSString).appendingPathComponent("test.sqlite.changes"))
+        return (attributes[.size] as? Int) ?? -1
+    }
+
+    @Test("every acknowledged change, delete and move is back after a crash, with its stamp and sync state")
+    func crashKeepsEveryChange() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            try store.put(.string("one"), forKey: "a")
+            try store.put(.integer(2), forKey: "b")
+            try store.put(.array([.boolean(true), .data(Data([0, 255]))]), forKey: "c")
+            try store.removeValue(forKey: "b")
+            try store.moveValue(from: "a", to: "moved")
+            try store.put(.string("again"), forKey: "c")
+            #expect(try journalSize(dir) > 0, "the changes are still only in the journal")
+
+            let copy = dir.subdirectory("crash")
+            let recovered = try crashImage(of: dir.path, in: copy)
+            #expect(recovered.keys() == store.keys())
+            #expect(recovered.allChanges() == store.allChanges())
+            #expect(recovered.usage == store.usage)
+            for key in store.keys() { #expect(recovered.entry(forKey: key) == store.entry(forKey: key)) }
+            #expect(try recovered.changes().map(\.key) == ["b", "a", "moved", "c"])
+            // A change after recovery takes a later stamp and a later sequence.
+            try recovered.put(.string("after"), forKey: "a")
+            #expect(recovered.allChanges(forKey: "a")!.stamp > store.allChanges(forKey: "moved")!.stamp)
+            #expect(try recovered.changes().last?.key == "a")
+        }
+    }
+
+    @Test("a torn last record is dropped and every record before it is kept")
+    func tornTail() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            try store.put(.string("kept"), forKey: "first")
+            let intact = try journalSize(dir)
+            try store.put(.string("torn"), forKey: "second")
+            let whole = try journalSize(dir)
+
+            for cut in [intact + 1, intact + 12, whole - 1] {
+                let recovered = try crashImage(of: dir.path, in: dir.subdirectory("cut\(cut)")) { $0.removeLast($0.count - cut) }
+                #expect(recovered.keys() == ["first"], "cut at \(cut) of \(whole)")
+            }
+            let flipped = try crashImage(of: dir.path, in: dir.subdirectory("flipped")) { $0[whole - 3] ^= 0x20 }
+            #expect(flipped.keys() == ["first"])
+            let zeroed = try crashImage(of: dir.path, in: dir.subdirectory("zeroed")) { $0 += [UInt8](repeating: 0, count: 4096) }
+            #expect(zeroed.keys() == ["first", "second"])
+            // What follows a recovered torn tail is appended where the good records end.
+            try zeroed.put(.string("third"), forKey: "third")
+            let again = try crashImage(of: dir.subdirectory("zeroed"), in: dir.subdirectory("again"))
+            #expect(again.keys() == ["first", "second", "third"])
+        }
+    }
+
+    @Test("a journal replayed over a database that already has its changes, or later ones, changes nothing")
+    func replayIsIdempotent() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            try store.put(.string("old"), forKey: "k")
+            let stale = try #require(FileManager.default.contents(atPath: (dir.path as NSString).appendingPathComponent("test.sqlite.changes")))
+            // The database takes the journal, then the remote confirms the change and the key changes again.
+            try store.markPushed(store.pendingChanges())
+            #expect(store.syncState(forKey: "k") == .synced)
+            try store.put(.string("new"), forKey: "other")
+            try store.makeDurable()
+
+            // A crash between the database's commit and emptying the journal leaves the old records.
+            let recovered = try crashImage(of: dir.path, in: dir.subdirectory("crash")) { $0 = [UInt8](stale) }
+            #expect(recovered.allChanges() == store.allChanges())
+            #expect(recovered.syncState(forKey: "k") == .synced)
+        }
+    }
+
+    @Test("the journal moves to the database in batches and is empty after a clean close")
+    func batches() throws {
+        try withTemporaryDirectory { dir in
+            do {
+                let store = try makeStore(in: dir)
+                for index in 0..<600 { try store.put(.integer(index), forKey: "k\(index % 50)") }
+                #expect(try journalSize(dir) < 256 * 200, "the journal never grows past a batch")
+            }
+            #expect(try journalSize(dir) == 0)
+            let reopened = try makeStore(in: dir)
+            #expect(reopened.keys().count == 50)
+            #expect(try PropertyListCodec.decode(reopened.entry(forKey: "k49")!.xml) == .integer(599))
+        }
+    }
+}
