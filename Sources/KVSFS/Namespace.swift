@@ -151,6 +151,11 @@ final class GuardedNamespace: Sendable {
 
     private let namespace: Mutex<Namespace>
     private let forgets = Mutex<[Forget]>([])
+    /// How many FORGETs wait in `forgets`: a request finds none without taking that lock.
+    private let queuedForgets = Atomic<Int>(0)
+    /// Set while a request holds the namespace: a FORGET then queues without trying the lock,
+    /// whose failed try is a system call (a priority-inheritance futex).
+    private let held = Atomic<Bool>(false)
 
     init(_ namespace: sending Namespace) {
         self.namespace = Mutex(namespace)
@@ -158,6 +163,8 @@ final class GuardedNamespace: Sendable {
 
     func withLock<Result, E: Error>(_ body: (inout Namespace) throws(E) -> sending Result) throws(E) -> sending Result {
         try namespace.withLock { (ns: inout sending Namespace) throws(E) -> sending Result in
+            held.store(true, ordering: .relaxed)
+            defer { held.store(false, ordering: .relaxed) }
             applyForgets(to: &ns)
             return try body(&ns)
         }
@@ -165,13 +172,19 @@ final class GuardedNamespace: Sendable {
 
     /// Applies the FORGET now if the lock is free, else leaves it to the lock's next holder.
     func forget(_ inode: InodeNumber, lookups: UInt64) {
-        forgets.withLock { $0.append(Forget(inode: inode, lookups: lookups)) }
+        forgets.withLock { queued in
+            queued.append(Forget(inode: inode, lookups: lookups))
+            queuedForgets.add(1, ordering: .releasing)
+        }
+        guard !held.load(ordering: .relaxed) else { return }
         _ = namespace.withLockIfAvailable { (ns: inout sending Namespace) -> Void in applyForgets(to: &ns) }
     }
 
     private func applyForgets(to ns: inout Namespace) {
+        guard queuedForgets.load(ordering: .acquiring) > 0 else { return }
         let queued = forgets.withLock { queued -> [Forget] in
             defer { queued.removeAll(keepingCapacity: true) }
+            queuedForgets.subtract(queued.count, ordering: .relaxed)
             return queued
         }
         for forget in queued {
