@@ -193,8 +193,16 @@ public final class SQLiteCloudStorage: CloudStorage {
                     counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
                 """)
             for (change, cursor) in decision.writes {
-                try upsert.execute(arguments: [store, change.key, change.value, change.type?.rawValue, change.stamp.time,
-                                               change.stamp.counter, change.stamp.device, cursor])
+                let row = DirectBinding(upsert)
+                row.bind(1, store)
+                row.bind(2, change.key)
+                row.bind(3, change.value)
+                row.bind(4, change.type?.rawValue)
+                row.bind(5, change.stamp.time)
+                row.bind(6, Int64(change.stamp.counter))
+                row.bind(7, change.stamp.device)
+                row.bind(8, cursor)
+                try row.run(in: db)
             }
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])

@@ -287,8 +287,11 @@ public final class KeyValueStore: Sendable {
     private func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
         try write(&state) { db in
+            let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = 'synced' WHERE key = ?")
             for key in keys {
-                try db.cachedStatement(sql: "UPDATE entry SET syncState = 'synced' WHERE key = ?").execute(arguments: [key])
+                let row = DirectBinding(update)
+                row.bind(1, key)
+                try row.run(in: db)
             }
         }
         for key in keys { state.changes[key]?.syncState = .synced }
