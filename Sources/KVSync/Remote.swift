@@ -57,15 +57,23 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
     private let storage = Mutex<(any CloudStorage)?>(nil)
     private let clock: C
     private let pollInterval: Duration
+    private let watchedFiles: [String]
+    private let watchedFallback: Duration
+    private let bell = Mutex<FileChangeBell?>(nil)
 
-    /// `pollInterval` is how often `waitForChanges` looks at the storage's cursor.
+    /// `pollInterval` is how often `waitForChanges` looks at the storage's cursor. With
+    /// `watchedFiles` (the files every commit to the storage writes), it looks when one of them
+    /// is written instead, and every `watchedFallback` in case a write went unseen.
     public init(description: String, store: String, clock: C, pollInterval: Duration = .milliseconds(5),
+                watchedFiles: [String] = [], watchedFallback: Duration = .seconds(1),
                 open: @escaping @Sendable () throws(CloudError) -> any CloudStorage) {
         self.description = description
         self.store = store
         self.open = open
         self.clock = clock
         self.pollInterval = pollInterval
+        self.watchedFiles = watchedFiles
+        self.watchedFallback = watchedFallback
     }
 
     public func identity() async throws -> String {
@@ -82,10 +90,45 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
 
     public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
         let deadline = clock.now.advanced(by: timeout)
+        var settling: [Duration] = []
         while true {
             if try withStorage({ storage throws(CloudError) in try storage.cursor(of: store) }) > cursor { return true }
-            if clock.now >= deadline { return false }
-            try await clock.sleep(for: pollInterval)
+            let now = clock.now
+            if now >= deadline { return false }
+            if !settling.isEmpty {
+                try await clock.sleep(for: settling.removeFirst())
+                continue
+            }
+            switch currentBell() {
+            case .listening(let bell):
+                // A commit writes the log first and becomes visible just after, in the shared
+                // memory index, which raises no event: when the ring came before the commit
+                // shows, look again shortly.
+                if await bell.wait(upTo: min(watchedFallback, now.duration(to: deadline)), on: clock) {
+                    settling = [.milliseconds(1), .milliseconds(4), .milliseconds(16)]
+                }
+            case .new:
+                continue  // a commit between the look and the bell went unheard: look again
+            case .none:
+                try await clock.sleep(for: pollInterval)
+            }
+        }
+    }
+
+    private enum BellState {
+        case listening(FileChangeBell)
+        case new
+        case none
+    }
+
+    /// The bell on the watched files, made anew once the storage is open (its files exist) and
+    /// again if the watch ended.
+    private func currentBell() -> BellState {
+        guard !watchedFiles.isEmpty else { return .none }
+        return bell.withLock { bell in
+            if let current = bell, !current.isBroken { return .listening(current) }
+            bell = FileChangeBell(paths: watchedFiles)
+            return bell == nil ? .none : .new
         }
     }
 
@@ -109,7 +152,9 @@ extension CloudRemote where C == ContinuousClock {
     /// The embedded remote: a shared SQLite database at `path`. `limits`, when given, become
     /// the store's limits on the remote each time it is opened.
     public static func file(path: String, store: String, limits: QuotaLimits? = nil) -> CloudRemote<ContinuousClock> {
-        CloudRemote(description: "file://\(path)", store: store, clock: ContinuousClock()) { () throws(CloudError) in
+        // Every commit writes the write-ahead log (and a checkpoint, the database).
+        CloudRemote(description: "file://\(path)", store: store, clock: ContinuousClock(),
+                    watchedFiles: [path + "-wal", path]) { () throws(CloudError) in
             guard FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent) else {
                 throw .unavailable("the directory of \(path) does not exist")
             }

@@ -135,6 +135,8 @@ public final class SyncEngine: Sendable {
             do {
                 let seen = knownRemoteCursor.load(ordering: .relaxed)
                 if try await remote.waitForChanges(after: seen, timeout: .seconds(10)) {
+                    // A round moved the cursor meanwhile (our own push, say): look again from there.
+                    guard knownRemoteCursor.load(ordering: .relaxed) == seen else { continue }
                     wake.signal()
                     let deadline = ContinuousClock.now + .seconds(1)
                     while knownRemoteCursor.load(ordering: .relaxed) == seen, ContinuousClock.now < deadline {

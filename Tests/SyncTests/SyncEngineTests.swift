@@ -151,4 +151,25 @@ struct SyncEngineTests {
             #expect(events.events.first?.keys == ["mine", "theirs"])
         }
     }
+
+    @Test("a file remote hears another process's commit at once, without looking at the cursor in between")
+    func fileRemoteHearsCommits() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.path + "/cloud.sqlite"
+            // Looking again only after a minute: only the bell can end the wait in time.
+            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock(), pollInterval: .seconds(60),
+                                     watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
+                try SQLiteCloudStorage(path: path)
+            }
+            let cursor = try await remote.fetch(after: 0).cursor
+            let other = try SQLiteCloudStorage(path: path)  // another process's connections to the same file
+            let clock = ContinuousClock()
+            let started = clock.now
+            async let heard = remote.waitForChanges(after: cursor, timeout: .seconds(30))
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await other.push([change("k", "from elsewhere", time: 1, device: "other")], to: "default")
+            #expect(try await heard)
+            #expect(clock.now - started < .seconds(20))
+        }
+    }
 }
