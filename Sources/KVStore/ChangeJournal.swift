@@ -70,29 +70,29 @@ final class ChangeJournal {
     // MARK: - Format
 
     static func encodeRecord(_ rows: [Row]) -> [UInt8] {
-        var payload = [UInt8]()
-        payload.reserveCapacity(64 + rows.reduce(0) { $0 + $1.key.utf8.count + ($1.entry?.xml.count ?? 0) + 64 })
-        payload.appendInteger(UInt32(rows.count))
+        let header = 12  // length and checksum of the payload, filled in once it is written after them
+        var record = [UInt8](repeating: 0, count: header)
+        record.reserveCapacity(header + 4 + rows.reduce(0) { $0 + $1.key.utf8.count + ($1.entry?.xml.count ?? 0) + 64 })
+        record.appendInteger(UInt32(rows.count))
         for row in rows {
-            payload.appendInteger(row.sequence)
-            payload.appendInteger(row.stamp.time)
-            payload.appendInteger(row.stamp.counter)
-            payload.appendBytes(Array(row.stamp.device.utf8))
-            payload.appendBytes(Array(row.syncState.rawValue.utf8))
-            payload.appendBytes(Array(row.key.utf8))
+            record.appendInteger(row.sequence)
+            record.appendInteger(row.stamp.time)
+            record.appendInteger(row.stamp.counter)
+            record.appendBytes(Array(row.stamp.device.utf8))
+            record.appendBytes(Array(row.syncState.rawValue.utf8))
+            record.appendBytes(Array(row.key.utf8))
             if let entry = row.entry {
-                payload.append(1)
-                payload.appendBytes(Array(entry.type.rawValue.utf8))
-                payload.appendBytes(entry.xml)
+                record.append(1)
+                record.appendBytes(Array(entry.type.rawValue.utf8))
+                record.appendBytes(entry.xml)
             } else {
-                payload.append(0)
+                record.append(0)
             }
         }
-        var record = [UInt8]()
-        record.reserveCapacity(12 + payload.count)
-        record.appendInteger(UInt32(payload.count))
-        record.appendInteger(checksum(payload))
-        record += payload
+        var fields = [UInt8]()
+        fields.appendInteger(UInt32(record.count - header))
+        fields.appendInteger(checksum(record[header...]))
+        record.replaceSubrange(0..<header, with: fields)
         return record
     }
 
