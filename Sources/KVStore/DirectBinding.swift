@@ -19,9 +19,10 @@ public struct DirectBinding {
         sqlite3_clear_bindings(statement.sqliteStatement)
     }
 
+    /// Binds every byte of `text`, NUL characters included (GRDB's binding ends at the first).
     public func bind(_ index: Int32, _ text: String?) {
         guard let text else { return }  // cleared bindings are NULL
-        sqlite3_bind_text(handle, index, text, -1, Self.transient)
+        text.withCString { _ = sqlite3_bind_text(handle, index, $0, Int32(text.utf8.count), Self.transient) }
     }
 
     public func bind(_ index: Int32, _ bytes: [UInt8]?) {

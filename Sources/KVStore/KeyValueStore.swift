@@ -71,10 +71,10 @@ public final class KeyValueStore: Sendable {
             // Opened once the database is ours (exclusive locking): nobody else replays it.
             let journal = try ChangeJournal(path: path + ".changes")
             let (loaded, device) = try database.write { db -> (State, String) in
-                for row in journal.pending { try Self.record(row, db) }
+                try Self.record(journaled: journal.pending, db)
                 if let limits { try Self.saveLimits(limits, db) }
                 let device = try Self.deviceID(db)
-                let records = try ChangeRecord.fetchAll(db)
+                let records = try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection)
                 var entries = [String: Entry](minimumCapacity: records.count)
                 var changes = [String: ChangeMeta](minimumCapacity: records.count)
                 var clock = HybridLogicalClock(device: device)
@@ -384,7 +384,7 @@ public final class KeyValueStore: Sendable {
         try state.withLock { (state: inout State) throws(StoreError) in try write(&state) { _ in } }
         do {
             return try database.read { db in
-                try ChangeRecord.filter(Column("sequence") > sequence).order(Column("sequence")).fetchAll(db)
+                try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection + " WHERE sequence > ? ORDER BY sequence", arguments: [sequence])
             }
         } catch {
             throw .database(String(describing: error))
@@ -414,7 +414,7 @@ public final class KeyValueStore: Sendable {
             try database.writeWithoutTransaction { db in
                 try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
                 do {
-                    for row in journaled { try Self.record(row, db) }
+                    try Self.record(journaled: journaled, db)
                     try updates(db)
                     try db.cachedStatement(sql: "COMMIT").execute()
                 } catch {
@@ -427,6 +427,20 @@ public final class KeyValueStore: Sendable {
             throw .database(String(describing: error))
         }
         if !journaled.isEmpty { state.journal.clear() }
+    }
+
+    /// Writes the journal's rows. A row the schema refuses is skipped rather than left to keep
+    /// the journal from ever emptying (and the store from opening). The rules the schema checks
+    /// hold for every change a commit takes (local keys are checked, and remotes check theirs),
+    /// so this guards against the two ever disagreeing, as SQLite's length() and NUL once did.
+    private static func record(journaled rows: [ChangeJournal.Row], _ db: Database) throws {
+        for row in rows {
+            do {
+                try record(row, db)
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                continue
+            }
+        }
     }
 
     /// Writes a key's latest change, its value or a tombstone, unless the database already has

@@ -19,6 +19,27 @@ public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
     public var syncState: SyncState
 
     public var stamp: ChangeStamp { ChangeStamp(time: modifiedAt, counter: counter, device: device) }
+
+    /// Every row, its key read as bytes: GRDB reads text only up to a NUL, which a key may hold.
+    static let selection = """
+        SELECT CAST(key AS BLOB) AS key, value, type, modifiedAt, sequence, counter, device, syncState FROM entry
+        """
+
+    /// A row of `selection`.
+    public init(row: Row) throws {
+        key = String(decoding: row["key"] as Data, as: UTF8.self)
+        value = row["value"]
+        type = try (row["type"] as String?).map { text in
+            guard let type = ValueType(rawValue: text) else { throw DatabaseError(message: "unknown value type \(text)") }
+            return type
+        }
+        modifiedAt = row["modifiedAt"]
+        sequence = row["sequence"]
+        counter = row["counter"]
+        device = row["device"]
+        guard let state = SyncState(rawValue: row["syncState"]) else { throw DatabaseError(message: "unknown sync state") }
+        syncState = state
+    }
 }
 
 /// A per-store setting: the quota limits and the device identity.
@@ -59,29 +80,39 @@ enum StoreSchema {
         migrator.registerMigration("v3 checks without IN lists") { db in
             // A CHECK with an IN list makes SQLite build an ephemeral table for every statement
             // that writes the row: about 15 µs of each commit. The same rules as comparisons.
-            // Spelled out: a migration must make the same table whatever the enums become.
-            let types = ["string", "integer", "real", "boolean", "date", "data", "array", "dictionary"]
-                .map { "type = '\($0)'" }.joined(separator: " OR ")
-            let states = ["synced", "pending", "refused"].map { "syncState = '\($0)'" }.joined(separator: " OR ")
-            try db.execute(sql: """
-                CREATE TABLE entry_v3 (
-                    key TEXT PRIMARY KEY NOT NULL,
-                    value BLOB,
-                    type TEXT CHECK (\(types)),
-                    modifiedAt INTEGER NOT NULL,
-                    sequence INTEGER NOT NULL,
-                    counter INTEGER NOT NULL DEFAULT 0,
-                    device TEXT NOT NULL DEFAULT '',
-                    syncState TEXT NOT NULL DEFAULT 'pending' CHECK (\(states)),
-                    CHECK (length(key) > 0),
-                    CHECK ((value IS NULL) = (type IS NULL))
-                ) WITHOUT ROWID;
-                INSERT INTO entry_v3 (key, value, type, modifiedAt, sequence, counter, device, syncState)
-                    SELECT key, value, type, modifiedAt, sequence, counter, device, syncState FROM entry;
-                DROP TABLE entry;
-                ALTER TABLE entry_v3 RENAME TO entry;
-                """)
+            try rebuildEntryTable(db, keyCheck: "length(key) > 0")
+        }
+        migrator.registerMigration("v4 keys checked as bytes") { db in
+            // SQLite's length() counts characters up to the first NUL, so `length(key) > 0`
+            // refused a key that begins with one. A key may hold NUL (shown as %00).
+            try rebuildEntryTable(db, keyCheck: "key <> ''")
         }
         return migrator
+    }
+
+    /// Rebuilds `entry` with the same rows and its rules written as comparisons, the key's as
+    /// given. Spelled out: a migration must make the same table whatever the enums become.
+    private static func rebuildEntryTable(_ db: Database, keyCheck: String) throws {
+        let types = ["string", "integer", "real", "boolean", "date", "data", "array", "dictionary"]
+            .map { "type = '\($0)'" }.joined(separator: " OR ")
+        let states = ["synced", "pending", "refused"].map { "syncState = '\($0)'" }.joined(separator: " OR ")
+        try db.execute(sql: """
+            CREATE TABLE entry_rebuilt (
+                key TEXT PRIMARY KEY NOT NULL,
+                value BLOB,
+                type TEXT CHECK (\(types)),
+                modifiedAt INTEGER NOT NULL,
+                sequence INTEGER NOT NULL,
+                counter INTEGER NOT NULL DEFAULT 0,
+                device TEXT NOT NULL DEFAULT '',
+                syncState TEXT NOT NULL DEFAULT 'pending' CHECK (\(states)),
+                CHECK (\(keyCheck)),
+                CHECK ((value IS NULL) = (type IS NULL))
+            ) WITHOUT ROWID;
+            INSERT INTO entry_rebuilt (key, value, type, modifiedAt, sequence, counter, device, syncState)
+                SELECT key, value, type, modifiedAt, sequence, counter, device, syncState FROM entry;
+            DROP TABLE entry;
+            ALTER TABLE entry_rebuilt RENAME TO entry;
+            """)
     }
 }

@@ -151,6 +151,7 @@ struct MountingTests {
             cd \(mnt)
             for i in $(seq 1 300); do echo "value$i" > "key$((i % 100))" || exit 1; done
             rm key7 && mv key8 moved
+            echo lead > %00lead && echo middle > mid%00dle   # keys holding NUL
             /bin/echo last > last
             """)
         #expect(writes.status == 0, "\(writes)")
@@ -158,12 +159,12 @@ struct MountingTests {
         daemon = try DaemonMount(mountpoint: mnt, dataDirectory: dir.path + "/data")
         let read = try shell("""
             cd \(mnt)
-            for key in key0 key1 key99 moved last; do \(kvsfsBinary) get $key; done
+            for key in key0 key1 key99 moved %00lead mid%00dle last; do \(kvsfsBinary) get $key; done
             ls key7 key8 2>&1 | sed 's/.*cannot access/gone/'
             ls | wc -l
             """)
-        let expected = ["value300", "value201", "value299", "value208", "last",
-                        "gone 'key7': No such file or directory", "gone 'key8': No such file or directory", "100"]
+        let expected = ["value300", "value201", "value299", "value208", "lead", "middle", "last",
+                        "gone 'key7': No such file or directory", "gone 'key8': No such file or directory", "102"]
         #expect(read.standardOutput == expected.map { $0 + "\n" }.joined(), "\(read)")
     }
 

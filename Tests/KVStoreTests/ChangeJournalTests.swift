@@ -1,5 +1,5 @@
 import Foundation
-import KVStore
+@testable import KVStore
 import KVTestSupport
 import Testing
 
@@ -108,6 +108,38 @@ struct ChangeJournalTests {
             let reopened = try makeStore(in: dir)
             #expect(reopened.keys().count == 50)
             #expect(try PropertyListCodec.decode(reopened.entry(forKey: "k49")!.xml) == .integer(599))
+        }
+    }
+
+    @Test("keys holding NUL keep every byte across a clean restart and a crash")
+    func keysWithNUL() throws {
+        try withTemporaryDirectory { dir in
+            let keys = ["\u{0}lead", "mid\u{0}dle", "mid"]
+            do {
+                let store = try makeStore(in: dir)
+                for (index, key) in keys.enumerated() { try store.put(.integer(index), forKey: key) }
+                let crashed = try crashImage(of: dir.path, in: dir.subdirectory("crash"))
+                #expect(crashed.keys() == keys.sorted())
+            }
+            let reopened = try makeStore(in: dir)
+            #expect(reopened.keys() == keys.sorted())
+            for (index, key) in keys.enumerated() { #expect(try PropertyListCodec.decode(reopened.entry(forKey: key)!.xml) == .integer(index)) }
+            #expect(try Set(reopened.changes().map(\.key)) == Set(keys))
+        }
+    }
+
+    @Test("a journaled row the database refuses is skipped: the store still opens with every other change")
+    func refusedRowSkipped() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            try store.put(.string("kept"), forKey: "a")
+            let stamp = ChangeStamp(time: 1, counter: 0, device: "elsewhere")
+            let entry = { (key: String) in KeyValueStore.Entry(key: key, xml: Array("<string>x</string>".utf8), type: .string, modifiedAt: stamp.date) }
+            let rows = [ChangeJournal.Row(key: "", entry: entry(""), stamp: stamp, syncState: .synced, sequence: 100),
+                        ChangeJournal.Row(key: "b", entry: entry("b"), stamp: stamp, syncState: .synced, sequence: 101)]
+            let recovered = try crashImage(of: dir.path, in: dir.subdirectory("crash")) { $0 += ChangeJournal.encodeRecord(rows) }
+            #expect(recovered.keys() == ["a", "b"])
+            #expect(try recovered.changes().map(\.key) == ["a", "b"])
         }
     }
 }
