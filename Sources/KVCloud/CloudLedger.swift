@@ -29,12 +29,20 @@ package struct PushDecision: Sendable {
 package enum CloudLedger {
     /// Decides `changes` in order against `current` (the stored latest change of each key they
     /// name) and the store's totals.
-    package static func decide(_ changes: [StampedChange], current: [String: StampedChange], state: CloudStoreState) -> PushDecision {
+    /// `storesNUL`: whether the storage can hold a key with a NUL character in it (PostgreSQL's
+    /// text cannot); when not, such a change is refused, so that it cannot hold up the others.
+    package static func decide(_ changes: [StampedChange], current: [String: StampedChange], state: CloudStoreState,
+                               storesNUL: Bool = true) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
         var latest = current
         let ledger = QuotaLedger(limits: state.limits)
         for change in changes {
             let current = latest[change.key]
+            if !storesNUL, change.key.utf8.contains(0) {
+                decision.outcome.refused.append(Refusal(change: change, current: nil,
+                                                        reason: "the key holds a NUL character, which this remote's database cannot store"))
+                continue
+            }
             if let current, current.stamp >= change.stamp {
                 decision.outcome.accepted.append(change)  // a repeat, or superseded: the client fetches the winner
                 continue

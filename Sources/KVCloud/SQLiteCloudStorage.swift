@@ -97,7 +97,7 @@ public final class SQLiteCloudStorage: CloudStorage {
             // One statement reads a consistent snapshot by itself: no transaction around it.
             try self.database.unsafeRead { db in
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                    SELECT key, value, type, time, counter, device, cursor FROM cloudChange
+                    SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
                     """), arguments: [store, cursor, limit + 1])
                 let changes = rows.prefix(limit).map(Self.change)
@@ -143,7 +143,7 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     private static func change(_ row: Row) -> StampedChange {
         StampedChange(
-            key: row["key"], value: row["value"], type: (row["type"] as String?).flatMap(ValueType.init(rawValue:)),
+            key: String(decoding: row["key"] as Data, as: UTF8.self), value: row["value"], type: (row["type"] as String?).flatMap(ValueType.init(rawValue:)),
             stamp: ChangeStamp(time: row["time"], counter: row["counter"], device: row["device"]))
     }
 
@@ -176,11 +176,13 @@ public final class SQLiteCloudStorage: CloudStorage {
         /// The stored latest change of each of `keys` that has one.
         func current(_ keys: Set<String>) throws -> [String: StampedChange] {
             let statement = try db.cachedStatement(sql: """
-                SELECT key, value, type, time, counter, device FROM cloudChange WHERE store = ? AND key = ?
+                SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device FROM cloudChange
+                WHERE store = ? AND key = CAST(? AS TEXT)
                 """)
             var rows = [String: StampedChange]()
             for key in keys {
-                if let row = try Row.fetchOne(statement, arguments: [store, key]) { rows[key] = SQLiteCloudStorage.change(row) }
+                // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
+                if let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) { rows[key] = SQLiteCloudStorage.change(row) }
             }
             return rows
         }

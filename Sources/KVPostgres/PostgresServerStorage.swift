@@ -110,7 +110,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        let keys = Array(Set(changes.map(\.key)))
+        let keys = Array(Set(changes.map(\.key).filter { !$0.utf8.contains(0) }))  // text cannot hold NUL: refused below
         return try await run {
             try await client.withTransaction(logger: logger) { db in
                 // Round trips are what a push costs here (each one resumes the task between
@@ -127,7 +127,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                     locked = try await Self.lockState(of: store, keys: keys, db, logger)
                 }
                 guard let (state, current) = locked else { throw CloudError.unavailable("store \(store) vanished during a push") }
-                let decision = CloudLedger.decide(changes, current: current, state: state)
+                let decision = CloudLedger.decide(changes, current: current, state: state, storesNUL: false)
                 guard !decision.writes.isEmpty else { return decision.outcome }
                 for (change, cursor) in decision.writes {
                     try await db.query("""

@@ -134,6 +134,16 @@ struct ServerTests {
             let refused = try push("big", String(repeating: "x", count: 1_100_000), time: 3_000_000)
             #expect(refused.hasSuffix(" 200") && refused.contains("\"refused\":[{"), "\(refused.prefix(300))")
             #expect(try held() == ["k=newer"], "the value over the per-value limit is not stored")
+            // A key holding NUL: SQLite keeps every byte; PostgreSQL's text cannot, so that change is refused.
+            let withNUL = try push(#"mid\u0000dle"#, "nul", time: 4_000_000)
+            #expect(withNUL.hasSuffix(" 200"), "\(withNUL.prefix(300))")
+            switch backend {
+            case .sqlite:
+                #expect(try held() == ["k=newer", "mid\u{0}dle=nul"])
+            case .postgres:
+                #expect(withNUL.contains("\"refused\":[{") && withNUL.contains("NUL character"), "\(withNUL.prefix(300))")
+                #expect(try held() == ["k=newer"])
+            }
         }
     }
 

@@ -73,6 +73,20 @@ struct MergeTests {
         }
     }
 
+    @Test("keys holding NUL stay apart and keep every byte through the remote", arguments: StorageKind.allCases)
+    func keysWithNUL(kind: StorageKind) throws {
+        try withTemporaryDirectory { dir in
+            let cloud = try kind.make(in: dir)
+            let changes = [change("mid", "plain", time: 10), change("mid\u{0}dle", "with NUL", time: 10), change("\u{0}lead", "leading", time: 10)]
+            #expect(try cloud.push(changes, to: "s").accepted.count == 3)
+            #expect(Set(try cloud.changes(in: "s", after: 0, limit: 10).changes) == Set(changes))
+            // The merge compares each key with its own stored change.
+            let older = change("mid\u{0}dle", "older", time: 5)
+            #expect(try cloud.push([older], to: "s").accepted == [older])
+            #expect(Set(try cloud.changes(in: "s", after: 0, limit: 10).changes) == Set(changes))
+        }
+    }
+
     @Test("the remote refuses a change that breaks a quota and says what it holds", arguments: StorageKind.allCases)
     func cloudQuota(kind: StorageKind) throws {
         try withTemporaryDirectory { dir in
