@@ -54,6 +54,7 @@ final class ChangeJournal {
         let written = record.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(end)) }
         guard written == record.count else {
             let reason = written < 0 ? String(cString: strerror(errno)) : "short write"
+            _ = ftruncate(descriptor, off_t(end))  // no part of the record stays for a replay to read
             throw .database("cannot write the change journal \(path): \(reason)")
         }
         end += record.count

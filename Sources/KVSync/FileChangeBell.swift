@@ -8,7 +8,8 @@ import Synchronization
 /// cursor every few milliseconds kept an idle mount busy.
 ///
 /// A bell whose file went away (deleted, or its file system unmounted) says so in `isBroken`;
-/// the owner makes a new one.
+/// the owner makes a new one. A bell is made for one waiter, before it looks at what the files
+/// hold, so that a write after that look rings it.
 final class FileChangeBell: @unchecked Sendable {
     // @unchecked: `source` is set once in init and only cancelled after; the rest is Sendable.
     private let signal = WakeSignal()
@@ -41,20 +42,26 @@ final class FileChangeBell: @unchecked Sendable {
 
     var isBroken: Bool { broken.isSet.load(ordering: .relaxed) }
 
-    /// Returns when a watched file was written since the last wait returned (true), or after
-    /// `timeout` on `clock` (false), whichever comes first.
+    /// Returns when a watched file was written since the bell was made or the last wait
+    /// returned (true), or after `timeout` on `clock`, or once the task is cancelled (false).
+    /// One waiter at a time.
     func wait<C: Clock>(upTo timeout: Duration, on clock: C) async -> Bool where C.Duration == Duration {
-        let timedOut = Flag()
+        let quiet = Flag()
         let timer = Task { [signal] in
             try? await clock.sleep(for: timeout)
             if !Task.isCancelled {
-                timedOut.isSet.store(true, ordering: .relaxed)
+                quiet.isSet.store(true, ordering: .relaxed)
                 signal.signal()
             }
         }
-        await signal.wait()
+        await withTaskCancellationHandler {
+            await signal.wait()
+        } onCancel: { [signal] in
+            quiet.isSet.store(true, ordering: .relaxed)
+            signal.signal()
+        }
         timer.cancel()
-        return !timedOut.isSet.load(ordering: .relaxed)
+        return !quiet.isSet.load(ordering: .relaxed)
     }
 
     /// Reads every queued event; true if a watch ended (`IN_IGNORED`).

@@ -59,7 +59,6 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
     private let pollInterval: Duration
     private let watchedFiles: [String]
     private let watchedFallback: Duration
-    private let bell = Mutex<FileChangeBell?>(nil)
 
     /// `pollInterval` is how often `waitForChanges` looks at the storage's cursor. With
     /// `watchedFiles` (the files every commit to the storage writes), it looks when one of them
@@ -90,46 +89,37 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
 
     public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
         let deadline = clock.now.advanced(by: timeout)
+        func changed() throws -> Bool {
+            try withStorage({ storage throws(CloudError) in try storage.cursor(of: store) }) > cursor
+        }
+        if try changed() { return true }
+        // Made once the storage is open (its files exist) and before the next look: a commit
+        // after that look rings it. One per call, so that callers never share a waiter.
+        var bell = makeBell()
         var settling: [Duration] = []
         while true {
-            if try withStorage({ storage throws(CloudError) in try storage.cursor(of: store) }) > cursor { return true }
+            try Task.checkCancellation()
+            if try changed() { return true }
             let now = clock.now
             if now >= deadline { return false }
             if !settling.isEmpty {
                 try await clock.sleep(for: settling.removeFirst())
-                continue
-            }
-            switch currentBell() {
-            case .listening(let bell):
-                // A commit writes the log first and becomes visible just after, in the shared
-                // memory index, which raises no event: when the ring came before the commit
-                // shows, look again shortly.
-                if await bell.wait(upTo: min(watchedFallback, now.duration(to: deadline)), on: clock) {
-                    settling = [.milliseconds(1), .milliseconds(4), .milliseconds(16)]
+            } else if let listening = bell, !listening.isBroken {
+                // A commit writes the log first and shows in SQLite's shared-memory index just
+                // after, which raises no event: when a ring comes before the commit shows (or
+                // the committing process is descheduled in between), look again a few times.
+                if await listening.wait(upTo: min(watchedFallback, now.duration(to: deadline)), on: clock) {
+                    settling = [.milliseconds(1), .milliseconds(4), .milliseconds(16), .milliseconds(64), .milliseconds(250)]
                 }
-            case .new:
-                continue  // a commit between the look and the bell went unheard: look again
-            case .none:
+            } else {
+                if bell != nil { bell = makeBell() }  // its file went away: watch what is there now
                 try await clock.sleep(for: pollInterval)
             }
         }
     }
 
-    private enum BellState {
-        case listening(FileChangeBell)
-        case new
-        case none
-    }
-
-    /// The bell on the watched files, made anew once the storage is open (its files exist) and
-    /// again if the watch ended.
-    private func currentBell() -> BellState {
-        guard !watchedFiles.isEmpty else { return .none }
-        return bell.withLock { bell in
-            if let current = bell, !current.isBroken { return .listening(current) }
-            bell = FileChangeBell(paths: watchedFiles)
-            return bell == nil ? .none : .new
-        }
+    private func makeBell() -> FileChangeBell? {
+        watchedFiles.isEmpty ? nil : FileChangeBell(paths: watchedFiles)
     }
 
     private func withStorage<T>(_ body: (any CloudStorage) throws(CloudError) -> T) throws(RemoteError) -> T {

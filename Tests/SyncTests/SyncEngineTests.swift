@@ -152,15 +152,20 @@ struct SyncEngineTests {
         }
     }
 
+    /// A file remote at `path` that looks at its cursor again only after a minute: only the
+    /// bell can end a wait in time.
+    private func bellOnlyFileRemote(_ path: String) -> CloudRemote<ContinuousClock> {
+        CloudRemote(description: "file", store: "default", clock: ContinuousClock(), pollInterval: .seconds(60),
+                    watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
+            try SQLiteCloudStorage(path: path)
+        }
+    }
+
     @Test("a file remote hears another process's commit at once, without looking at the cursor in between")
     func fileRemoteHearsCommits() async throws {
         try await withTemporaryDirectory { dir in
             let path = dir.path + "/cloud.sqlite"
-            // Looking again only after a minute: only the bell can end the wait in time.
-            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock(), pollInterval: .seconds(60),
-                                     watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
-                try SQLiteCloudStorage(path: path)
-            }
+            let remote = bellOnlyFileRemote(path)
             let cursor = try await remote.fetch(after: 0).cursor
             let other = try SQLiteCloudStorage(path: path)  // another process's connections to the same file
             let clock = ContinuousClock()
@@ -169,6 +174,30 @@ struct SyncEngineTests {
             try await Task.sleep(for: .milliseconds(300))
             _ = try await other.push([change("k", "from elsewhere", time: 1, device: "other")], to: "default")
             #expect(try await heard)
+            #expect(clock.now - started < .seconds(20))
+        }
+    }
+
+    @Test("a wait on the file remote ends when its task is cancelled, and waits side by side do not steal each other's rings")
+    func fileRemoteWaitsEnd() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.path + "/cloud.sqlite"
+            let remote = bellOnlyFileRemote(path)
+            let cursor = try await remote.fetch(after: 0).cursor
+            let clock = ContinuousClock()
+            let started = clock.now
+            let cancelled = Task { try await remote.waitForChanges(after: cursor, timeout: .seconds(30)) }
+            try await Task.sleep(for: .milliseconds(300))
+            cancelled.cancel()
+            await #expect(throws: CancellationError.self) { try await cancelled.value }
+            #expect(clock.now - started < .seconds(20))
+
+            async let first = remote.waitForChanges(after: cursor, timeout: .seconds(30))
+            async let second = remote.waitForChanges(after: cursor, timeout: .seconds(30))
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await SQLiteCloudStorage(path: path).push([change("k", "v", time: 1, device: "other")], to: "default")
+            let heard = try await (first, second)
+            #expect(heard == (true, true))
             #expect(clock.now - started < .seconds(20))
         }
     }
