@@ -9,9 +9,9 @@ import Foundation
 /// for every change; this is one write of the change itself.
 ///
 /// Format: records one after another, each `length: UInt32 LE`, `checksum: UInt64 LE` (FNV-1a
-/// of the payload), then the payload: a row count and the rows (see `encode`). Reading stops at
-/// the first record that is short or fails its checksum: a torn tail from a crash of the
-/// machine, or what a failed write left (the next append overwrites it).
+/// of the payload), then the payload: a row count and the rows (see `encodeRecord`). Reading
+/// stops at the first record that is short or fails its checksum: a torn tail from a crash of
+/// the machine.
 final class ChangeJournal {
     /// One key's change as it goes to the database: its value (nil: a tombstone), its stamp,
     /// where it stands with the remote, and its place in the store's commit order.
@@ -40,8 +40,8 @@ final class ChangeJournal {
         self.path = path
         descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw .database("cannot open the change journal \(path): \(String(cString: strerror(errno)))") }
-        let bytes = Self.readAll(descriptor)
-        (pending, end) = Self.decodeRecords(bytes)
+        let bytes = (try? FileHandle(fileDescriptor: descriptor, closeOnDealloc: false).readToEnd()) ?? nil
+        (pending, end) = Self.decodeRecords([UInt8](bytes ?? Data()))
     }
 
     deinit { close(descriptor) }
@@ -138,16 +138,6 @@ final class ChangeJournal {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         return hash
-    }
-
-    private static func readAll(_ descriptor: Int32) -> [UInt8] {
-        var bytes = [UInt8]()
-        var chunk = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, off_t(bytes.count)) }
-            if count <= 0 { return bytes }
-            bytes += chunk[0..<count]
-        }
     }
 }
 

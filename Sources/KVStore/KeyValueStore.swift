@@ -105,7 +105,7 @@ public final class KeyValueStore: Sendable {
 
     /// A store dropped in order leaves its journal empty (one that crashed is replayed on open).
     deinit {
-        state.withLock { state in try? write(&state) { _ in } }
+        state.withLock { state in try? moveJournalToDatabase(&state) }
     }
 
     public var limits: QuotaLimits { state.withLock { $0.limits } }
@@ -216,7 +216,7 @@ public final class KeyValueStore: Sendable {
         }
         state.revision &+= 1
         // Committed already: a batch that fails now is retried with the next write.
-        if state.journal.needsFlush { try? write(&state) { _ in } }
+        if state.journal.needsFlush { try? moveJournalToDatabase(&state) }
     }
 
     // MARK: - Sync
@@ -368,7 +368,7 @@ public final class KeyValueStore: Sendable {
     /// WAL checkpoint, which syncs.
     public func makeDurable() throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
-            try write(&state) { _ in }
+            try moveJournalToDatabase(&state)
             do {
                 try database.writeWithoutTransaction { db in
                     try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
@@ -381,7 +381,7 @@ public final class KeyValueStore: Sendable {
 
     /// The change log after `sequence`, oldest first.
     public func changes(after sequence: Int64 = 0) throws(StoreError) -> [ChangeRecord] {
-        try state.withLock { (state: inout State) throws(StoreError) in try write(&state) { _ in } }
+        try state.withLock { (state: inout State) throws(StoreError) in try moveJournalToDatabase(&state) }
         do {
             return try database.read { db in
                 try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection + " WHERE sequence > ? ORDER BY sequence", arguments: [sequence])
@@ -403,6 +403,11 @@ public final class KeyValueStore: Sendable {
 
     private func now() -> Date {
         Date(timeIntervalSince1970: (clock().timeIntervalSince1970 * 1000).rounded(.down) / 1000)
+    }
+
+    /// Writes the journal's rows to the database, in one transaction, and empties the journal.
+    private func moveJournalToDatabase(_ state: inout State) throws(StoreError) {
+        try write(&state) { _ in }
     }
 
     /// Runs `updates` in one transaction, after the journal's rows, and empties the journal once

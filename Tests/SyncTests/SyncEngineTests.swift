@@ -152,21 +152,24 @@ struct SyncEngineTests {
         }
     }
 
-    /// A file remote at `path` that looks at its cursor again only after a minute: only the
-    /// bell can end a wait in time.
-    private func bellOnlyFileRemote(_ path: String) -> CloudRemote<ContinuousClock> {
-        CloudRemote(description: "file", store: "default", clock: ContinuousClock(), pollInterval: .seconds(60),
-                    watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
-            try SQLiteCloudStorage(path: path)
+    /// Runs `body` with a file remote at `path` that looks at its cursor again only after a
+    /// minute (only the bell can end a wait in time), and the cursor it starts from.
+    private func withBellOnlyFileRemote(
+        _ body: (_ path: String, _ remote: CloudRemote<ContinuousClock>, _ cursor: Int64) async throws -> Void
+    ) async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.path + "/cloud.sqlite"
+            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock(), pollInterval: .seconds(60),
+                                     watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
+                try SQLiteCloudStorage(path: path)
+            }
+            try await body(path, remote, try await remote.fetch(after: 0).cursor)
         }
     }
 
     @Test("a file remote hears another process's commit at once, without looking at the cursor in between")
     func fileRemoteHearsCommits() async throws {
-        try await withTemporaryDirectory { dir in
-            let path = dir.path + "/cloud.sqlite"
-            let remote = bellOnlyFileRemote(path)
-            let cursor = try await remote.fetch(after: 0).cursor
+        try await withBellOnlyFileRemote { path, remote, cursor in
             let other = try SQLiteCloudStorage(path: path)  // another process's connections to the same file
             let clock = ContinuousClock()
             let started = clock.now
@@ -180,10 +183,7 @@ struct SyncEngineTests {
 
     @Test("a wait on the file remote ends when its task is cancelled, and waits side by side do not steal each other's rings")
     func fileRemoteWaitsEnd() async throws {
-        try await withTemporaryDirectory { dir in
-            let path = dir.path + "/cloud.sqlite"
-            let remote = bellOnlyFileRemote(path)
-            let cursor = try await remote.fetch(after: 0).cursor
+        try await withBellOnlyFileRemote { path, remote, cursor in
             let clock = ContinuousClock()
             let started = clock.now
             let cancelled = Task { try await remote.waitForChanges(after: cursor, timeout: .seconds(30)) }
