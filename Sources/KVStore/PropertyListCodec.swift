@@ -7,7 +7,7 @@ import Foundation
 /// sorted, dates in whole seconds), so that its length can be the quota's measure.
 public enum PropertyListCodec {
     /// Parses any property-list format; throws `StoreError.invalidPropertyList` otherwise.
-    public static func decode(_ bytes: some Collection<UInt8>) throws(StoreError) -> PropertyListValue {
+    public static func decode(_ bytes: some Collection<UInt8>, limits: PropertyListDecodingLimits = .standard) throws(StoreError) -> PropertyListValue {
         if let value = PlainStringPropertyList.decode(bytes) { return value }
         let data = Data(bytes)
         guard !data.isEmpty else { throw .invalidPropertyList("the file is empty") }
