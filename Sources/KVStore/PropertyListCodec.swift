@@ -2,22 +2,92 @@ import Foundation
 
 /// Turns bytes into property-list values and back.
 ///
-/// Reading accepts XML, binary and OpenStep property lists (what Foundation reads).
-/// The canonical form is the XML that `encodeXML` writes: deterministic (dictionary keys
-/// sorted, dates in whole seconds), so that its length can be the quota's measure.
+/// Reading accepts XML, binary (`bplist00`) and OpenStep property lists, what Foundation reads,
+/// with readers of this module's own (`XMLPropertyListReader`, `BinaryPropertyListReader`,
+/// `OpenStepPropertyListReader`) that refuse what Foundation would crash on, expand without
+/// bound or silently change; an XML document of one plain string takes a shorter path
+/// (`PlainStringPropertyList`). The canonical form is the XML that `encodeXML` writes:
+/// deterministic (dictionary keys sorted, dates in whole seconds), so that its length can be
+/// the quota's measure.
+///
+/// The value rule, which every decoded value obeys (anything else is refused with
+/// `StoreError.invalidPropertyList`, never wrapped, zeroed or normalised):
+/// - strings are valid Unicode: invalid UTF-8 in a text document, a lone UTF-16 surrogate in
+///   a binary one or in an OpenStep `\U` escape, or a non-ASCII byte in a binary ASCII string
+///   is refused;
+/// - integers are exactly −2^63…2^64−1 (`integer` up to Int64.max, `unsignedInteger` above);
+/// - reals are any Double, NaN and ±infinity included;
+/// - dates are finite and within 0001-01-01T00:00:00Z…9999-12-31T23:59:59Z, kept to whole
+///   seconds (rounded down); an XML date must be a real calendar date and time
+///   (`2020-13-45T99:99:99Z` is refused, not normalised);
+/// - data is valid base64 in XML (whitespace allowed between characters, `=` padding
+///   required and only at the end), pairs of hex digits in OpenStep;
+/// - dictionary keys are strings, and may be empty; a dictionary holding one key twice (by
+///   Swift `String` equality, so canonically equivalent keys are one key) is refused;
+/// - binary UIDs, sets, null and fill objects, and objects that contain themselves are
+///   refused.
+///
+/// Decoding is bounded by `PropertyListDecodingLimits`: nesting depth and object count
+/// (`invalidPropertyList`) and the canonical XML size of the value (`valueTooLarge`), checked
+/// while decoding, before the value is built, so that a binary list of references to
+/// references is refused in microseconds.
 public enum PropertyListCodec {
-    /// Parses any property-list format; throws `StoreError.invalidPropertyList` otherwise.
+    /// Parses any property-list format; throws `StoreError.invalidPropertyList` for input
+    /// outside the formats or the value rule, or over the depth and object limits, and
+    /// `StoreError.valueTooLarge` when the value's canonical XML would pass `limits.maxBytes`
+    /// (its `size` is then what was counted when decoding stopped: a lower bound).
     public static func decode(_ bytes: some Collection<UInt8>, limits: PropertyListDecodingLimits = .standard) throws(StoreError) -> PropertyListValue {
-        if let value = PlainStringPropertyList.decode(bytes) { return value }
-        let data = Data(bytes)
-        guard !data.isEmpty else { throw .invalidPropertyList("the file is empty") }
-        let object: Any
-        do {
-            object = try PropertyListSerialization.propertyList(from: data, options: [], format: nil)
-        } catch {
-            throw .invalidPropertyList(reason(of: error))
+        if case .string(let text)? = PlainStringPropertyList.decode(bytes) {
+            var budget = DecodingBudget(limits: limits)
+            try budget.scalar(length: CanonicalXML.string(escapedLength: text.utf8.count), depth: 0)
+            return .string(text)
         }
-        return try value(from: object)
+        let result = bytes.withContiguousStorageIfAvailable { decode(buffer: $0, limits: limits) }
+            ?? Array(bytes).withUnsafeBufferPointer { decode(buffer: $0, limits: limits) }
+        return try result.get()
+    }
+
+    private static func decode(buffer: UnsafeBufferPointer<UInt8>, limits: PropertyListDecodingLimits) -> Result<PropertyListValue, StoreError> {
+        Result { () throws(StoreError) -> PropertyListValue in
+            guard !buffer.isEmpty else { throw .invalidPropertyList("the file is empty") }
+            let budget = DecodingBudget(limits: limits)
+            if BinaryPropertyListReader.claims(buffer) {
+                var reader = try BinaryPropertyListReader(buffer, budget: budget)
+                return try reader.read()
+            }
+            return try PropertyListText.withUTF8(buffer) { (text) throws(StoreError) -> PropertyListValue in
+                var start = 0
+                while start < text.count, XMLPropertyListReader.isSpace(text[start]) { start += 1 }
+                guard start < text.count, text[start] == UInt8(ascii: "<") else {
+                    var openStep = OpenStepPropertyListReader(text, budget: budget)
+                    return try openStep.read()
+                }
+                var xml = XMLPropertyListReader(text, budget: budget)
+                do throws(StoreError) {
+                    return try xml.read()
+                } catch {
+                    // Bytes that never looked like XML may be OpenStep data (`<0fab>`); when
+                    // they are not that either, the error that says more is the XML one,
+                    // unless the first tag holds nothing but hex digits.
+                    guard !xml.recognised, case .invalidPropertyList = error else { throw error }
+                    var openStep = OpenStepPropertyListReader(text, budget: budget)
+                    do throws(StoreError) {
+                        return try openStep.read()
+                    } catch let openStepError {
+                        var end = start + 1
+                        while end < text.count, text[end] != UInt8(ascii: ">"), isHexOrSpace(text[end]) { end += 1 }
+                        throw end == text.count || text[end] == UInt8(ascii: ">") ? openStepError : error
+                    }
+                }
+            }
+        }
+    }
+
+    private static func isHexOrSpace(_ byte: UInt8) -> Bool {
+        switch byte {
+        case 0x30...0x39, 0x41...0x46, 0x61...0x66, 0x20, 0x09, 0x0A, 0x0D: true
+        default: false
+        }
     }
 
     /// The canonical XML property list of `value`.
@@ -32,11 +102,35 @@ public enum PropertyListCodec {
 
     /// A binary (`bplist00`) property list of `value`.
     public static func encodeBinary(_ value: PropertyListValue) throws(StoreError) -> [UInt8] {
+        try checkDates(value)
         do {
             let data = try PropertyListSerialization.data(fromPropertyList: foundationObject(value), format: .binary, options: 0)
             return [UInt8](data)
         } catch {
-            throw .invalidPropertyList("cannot encode as a binary property list: \(reason(of: error))")
+            throw .invalidPropertyList("cannot encode as a binary property list: \(error)")
+        }
+    }
+
+    private static func checkDates(_ value: PropertyListValue) throws(StoreError) {
+        switch value {
+        case .date(let d): try PropertyListDate.check(d)
+        case .array(let items): for item in items { try checkDates(item) }
+        case .dictionary(let items): for item in items.values { try checkDates(item) }
+        default: break
+        }
+    }
+
+    private static func foundationObject(_ value: PropertyListValue) -> Any {
+        switch value {
+        case .string(let s): s
+        case .integer(let i): NSNumber(value: i)
+        case .unsignedInteger(let u): NSNumber(value: u)
+        case .real(let d): NSNumber(value: d)
+        case .boolean(let b): b
+        case .date(let d): d
+        case .data(let d): d
+        case .array(let items): items.map(foundationObject)
+        case .dictionary(let items): items.mapValues(foundationObject)
         }
     }
 
@@ -47,71 +141,9 @@ public enum PropertyListCodec {
         }
     }
 
-    // MARK: - From Foundation
-
-    private static func value(from object: Any) throws(StoreError) -> PropertyListValue {
-        switch object {
-        case let string as String:
-            return .string(string)
-        case let bool as Bool where type(of: object) == Bool.self:
-            return .boolean(bool)
-        case let number as NSNumber:
-            switch String(cString: number.objCType) {
-            case "d", "f":
-                return .real(number.doubleValue)
-            case "Q" where number.uint64Value > UInt64(Int.max):
-                throw .invalidPropertyList("integer \(number.uint64Value) is larger than a signed 64-bit integer")
-            default:
-                return .integer(number.intValue)
-            }
-        case let date as Date:
-            return .date(Date(timeIntervalSince1970: date.timeIntervalSince1970.rounded(.down)))
-        case let data as Data:
-            return .data(data)
-        case let array as [Any]:
-            var items = [PropertyListValue]()
-            items.reserveCapacity(array.count)
-            for item in array { items.append(try value(from: item)) }
-            return .array(items)
-        case let dictionary as [AnyHashable: Any]:
-            var items = [String: PropertyListValue]()
-            for (key, item) in dictionary {
-                guard let key = key.base as? String else {
-                    throw .invalidPropertyList("dictionary keys must be strings")
-                }
-                items[key] = try value(from: item)
-            }
-            return .dictionary(items)
-        default:
-            throw .invalidPropertyList("unsupported object of type \(type(of: object))")
-        }
-    }
-
-    private static func foundationObject(_ value: PropertyListValue) -> Any {
-        switch value {
-        case .string(let s): s
-        case .integer(let i): NSNumber(value: i)
-        case .real(let d): NSNumber(value: d)
-        case .boolean(let b): b
-        case .date(let d): d
-        case .data(let d): d
-        case .array(let items): items.map(foundationObject)
-        case .dictionary(let items): items.mapValues(foundationObject)
-        }
-    }
-
-    private static func reason(of error: any Error) -> String {
-        let nsError = error as NSError
-        if let inner = nsError.userInfo["kCFPropertyListOldStyleParsingError"] as? NSError,
-           let text = inner.userInfo[NSDebugDescriptionErrorKey] as? String {
-            return text
-        }
-        return nsError.userInfo[NSDebugDescriptionErrorKey] as? String ?? nsError.localizedDescription
-    }
-
     // MARK: - Canonical XML
 
-    private static let xmlHeader = Array("""
+    static let xmlHeader = Array("""
         <?xml version="1.0" encoding="UTF-8"?>
         <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
         <plist version="1.0">
@@ -131,12 +163,15 @@ public enum PropertyListCodec {
             try element("string", s)
         case .integer(let i):
             try element("integer", String(i))
+        case .unsignedInteger(let u):
+            try element("integer", String(u))
         case .real(let d):
             try element("real", realText(d))
         case .boolean(let b):
             indent(depth)
             out.append(contentsOf: (b ? "<true/>\n" : "<false/>\n").utf8)
         case .date(let d):
+            try PropertyListDate.check(d)
             try element("date", dateText(d))
         case .data(let d):
             try element("data", d.base64EncodedString())

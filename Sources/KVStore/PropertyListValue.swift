@@ -3,9 +3,13 @@ import Foundation
 /// A property-list value: what one key of the store holds.
 ///
 /// Dates keep whole seconds, as the XML property-list format does; dictionary keys are strings.
+/// The values a decoder returns obey the value rule documented on `PropertyListCodec`.
 public enum PropertyListValue: Hashable, Sendable {
     case string(String)
     case integer(Int)
+    /// An integer above `Int64.max` (up to `UInt64.max`); smaller ones are `integer`. Its type
+    /// is `.integer`.
+    case unsignedInteger(UInt64)
     case real(Double)
     case boolean(Bool)
     case date(Date)
@@ -17,7 +21,7 @@ public enum PropertyListValue: Hashable, Sendable {
     public var type: ValueType {
         switch self {
         case .string: .string
-        case .integer: .integer
+        case .integer, .unsignedInteger: .integer
         case .real: .real
         case .boolean: .boolean
         case .date: .date

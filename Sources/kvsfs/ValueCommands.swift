@@ -153,6 +153,7 @@ enum ValueText {
         switch value {
         case .string(let s): return s + "\n"
         case .integer(let i): return "\(i)\n"
+        case .unsignedInteger(let u): return "\(u)\n"
         case .real(let d): return "\(d)\n"
         case .boolean(let b): return b ? "true\n" : "false\n"
         case .date(let d): return ISO8601DateFormatter().string(from: d) + "\n"
