@@ -100,38 +100,9 @@ public enum PropertyListCodec {
         return out
     }
 
-    /// A binary (`bplist00`) property list of `value`.
+    /// A binary (`bplist00`) property list of `value` (see `BinaryPropertyListWriter`).
     public static func encodeBinary(_ value: PropertyListValue) throws(StoreError) -> [UInt8] {
-        try checkDates(value)
-        do {
-            let data = try PropertyListSerialization.data(fromPropertyList: foundationObject(value), format: .binary, options: 0)
-            return [UInt8](data)
-        } catch {
-            throw .invalidPropertyList("cannot encode as a binary property list: \(error)")
-        }
-    }
-
-    private static func checkDates(_ value: PropertyListValue) throws(StoreError) {
-        switch value {
-        case .date(let d): try PropertyListDate.check(d)
-        case .array(let items): for item in items { try checkDates(item) }
-        case .dictionary(let items): for item in items.values { try checkDates(item) }
-        default: break
-        }
-    }
-
-    private static func foundationObject(_ value: PropertyListValue) -> Any {
-        switch value {
-        case .string(let s): s
-        case .integer(let i): NSNumber(value: i)
-        case .unsignedInteger(let u): NSNumber(value: u)
-        case .real(let d): NSNumber(value: d)
-        case .boolean(let b): b
-        case .date(let d): d
-        case .data(let d): d
-        case .array(let items): items.map(foundationObject)
-        case .dictionary(let items): items.mapValues(foundationObject)
-        }
+        try BinaryPropertyListWriter.encode(value)
     }
 
     public static func encode(_ value: PropertyListValue, as format: ValueFormat) throws(StoreError) -> [UInt8] {
