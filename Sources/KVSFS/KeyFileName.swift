@@ -10,9 +10,22 @@ public enum KeyFileName {
     public static func fileName(forKey key: String) -> String {
         if key == "." { return "%2E" }
         if key == ".." { return "%2E%2E" }
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(key.utf8.count)
         let utf8 = Array(key.utf8)
+        let plain = escaping(utf8)
+        guard EditorFileRule.isEditorFile(plain) else { return plain }
+        // Escape the key's first character (every byte of it) and its last if ASCII too: no
+        // editor-file name starts with `%` or ends in a hex digit. Both are taken from the key,
+        // not from `plain`, so that an escape already there is kept whole.
+        let first = key.unicodeScalars.first!.utf8.count
+        let last = utf8.count - 1
+        return escaping(utf8) { index in index < first || (index == last && utf8[last] < 0x80) }
+    }
+
+    /// `utf8` with `/`, NUL and a `%` that would read as an escape written `%XX`, and so is
+    /// every byte at an index `alsoEscaping` picks.
+    private static func escaping(_ utf8: [UInt8], alsoEscaping: (Int) -> Bool = { _ in false }) -> String {
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(utf8.count)
         for (index, byte) in utf8.enumerated() {
             switch byte {
             case UInt8(ascii: "/"), 0:
@@ -20,19 +33,10 @@ public enum KeyFileName {
             case UInt8(ascii: "%") where index + 2 < utf8.count && isUpperHex(utf8[index + 1]) && isUpperHex(utf8[index + 2]):
                 appendEscape(byte, to: &bytes)
             default:
-                bytes.append(byte)
+                if alsoEscaping(index) { appendEscape(byte, to: &bytes) } else { bytes.append(byte) }
             }
         }
-        let plain = String(decoding: bytes, as: UTF8.self)
-        guard EditorFileRule.isEditorFile(plain) else { return plain }
-        // Escape the first and the last character (ASCII in every editor-file name).
-        var escaped = [UInt8]()
-        appendEscape(bytes[0], to: &escaped)
-        if bytes.count > 1 {
-            escaped.append(contentsOf: bytes[1..<(bytes.count - 1)])
-            if let last = bytes.last, last < 0x80 { appendEscape(last, to: &escaped) } else { escaped.append(bytes.last!) }
-        }
-        return String(decoding: escaped, as: UTF8.self)
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// The key a file name stands for, or nil when the name is not the canonical name of any key.
