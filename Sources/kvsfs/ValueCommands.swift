@@ -30,7 +30,7 @@ struct Set: ParsableCommand {
     var path: String
 
     @Option(name: .customLong("string", withSingleDash: true)) var string: String?
-    @Option(name: .customLong("int", withSingleDash: true)) var integer: Int?
+    @Option(name: .customLong("int", withSingleDash: true), help: "-9223372036854775808 to 18446744073709551615.") var integer: IntegerArgument?
     @Option(name: .customLong("real", withSingleDash: true)) var real: Double?
     @Option(name: .customLong("bool", withSingleDash: true), help: "true, false, yes, no, 1 or 0.") var boolean: String?
     @Option(name: .customLong("date", withSingleDash: true), help: "ISO 8601, e.g. 2026-11-22T10:00:00Z.") var date: String?
@@ -55,7 +55,7 @@ struct Set: ParsableCommand {
 
     private func value() throws -> PropertyListValue {
         if let string { return .string(string) }
-        if let integer { return .integer(integer) }
+        if let integer { return integer.value }
         if let real { return .real(real) }
         if let boolean {
             switch boolean.lowercased() {
@@ -89,6 +89,21 @@ struct Set: ParsableCommand {
             return try PropertyListCodec.decode(bytes)
         } catch {
             throw CommandFailure("\(plist!): \(error)")
+        }
+    }
+}
+
+/// An integer of the property-list range, −2^63…2^64−1, as `-int` takes it.
+struct IntegerArgument: ExpressibleByArgument {
+    let value: PropertyListValue
+
+    init?(argument: String) {
+        if let signed = Int(argument) {
+            value = .integer(signed)
+        } else if let unsigned = UInt64(argument) {
+            value = .unsignedInteger(unsigned)
+        } else {
+            return nil
         }
     }
 }
