@@ -4,9 +4,10 @@
 /// decoded so far, counted element by element with the same tags, tabs and escapes the
 /// encoder writes; it is exactly the encoder's length once the whole value is decoded. An
 /// array or dictionary is counted in its empty form (`<array/>`) when it opens and in its full
-/// form when it closes, so that the count never runs ahead of the value. A reader calls these
-/// before it builds the piece it counts, so that a value over the limits is refused before it
-/// takes the memory.
+/// form when it closes, so that the count never runs ahead of the value. A reader counts each
+/// piece as soon as it has read it, before the arrays and dictionaries around it are built, and
+/// a binary reader checks a container's stated count before reading its elements, so that a
+/// value over the limits is refused before it takes the memory.
 ///
 /// Depth is the number of arrays and dictionaries around a value: the top value is at depth 0.
 struct DecodingBudget {

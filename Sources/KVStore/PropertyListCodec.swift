@@ -27,10 +27,13 @@ import Foundation
 /// - binary UIDs, sets, null and fill objects, and objects that contain themselves are
 ///   refused.
 ///
+/// The encoders keep to the same rule: both refuse a date outside it, and `encodeXML` refuses
+/// a string holding a control character other than tab and newline, which XML cannot carry.
+///
 /// Decoding is bounded by `PropertyListDecodingLimits`: nesting depth and object count
 /// (`invalidPropertyList`) and the canonical XML size of the value (`valueTooLarge`), checked
 /// while decoding, before the value is built, so that a binary list of references to
-/// references is refused in microseconds.
+/// references is refused in milliseconds.
 public enum PropertyListCodec {
     /// Parses any property-list format; throws `StoreError.invalidPropertyList` for input
     /// outside the formats or the value rule, or over the depth and object limits, and
