@@ -31,13 +31,15 @@ let package = Package(
         ]),
         .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore"]),
         .target(name: "KVCloud", dependencies: ["KVStore", .product(name: "GRDB", package: "GRDB.swift")]),
+        // What server and clients say on the wire, and the server's reading of requests: no NIO.
+        .target(name: "KVWire", dependencies: ["KVStore", "KVCloud"]),
         .target(name: "KVSync", dependencies: [
-            "KVStore", "KVCloud",
+            "KVStore", "KVCloud", "KVWire",
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         .target(name: "KVServer", dependencies: [
-            "KVStore", "KVCloud",
+            "KVStore", "KVCloud", "KVWire",
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdCore", package: "hummingbird"),
             .product(name: "HummingbirdTLS", package: "hummingbird"),
@@ -60,7 +62,7 @@ let package = Package(
             ]
         ),
         .executableTarget(name: "kvsfs-load", dependencies: [
-            "KVStore", "KVCloud", "KVSync", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            "KVStore", "KVCloud", "KVSync", "KVWire", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ]),
         .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
@@ -69,6 +71,7 @@ let package = Package(
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
         .testTarget(name: "KVServerTests", dependencies: ["KVServer"]),
+        .testTarget(name: "KVWireTests", dependencies: ["KVWire", "KVStore", "KVCloud", "KVTestSupport"]),
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),

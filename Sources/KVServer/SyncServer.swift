@@ -4,6 +4,7 @@ import HummingbirdCore
 import HummingbirdTLS
 import KVCloud
 import KVStore
+import KVWire
 import Logging
 import Synchronization
 
@@ -37,8 +38,6 @@ public struct SyncServer: Sendable {
     /// The last event written for each store, for the other streams at the same cursor.
     private let recentEvents = RecentEvents()
     private let logger = Logger(label: "kvsfs.serve")
-    /// Largest request body accepted.
-    public var maximumBody = 4 << 20
 
     /// `rateLimit`: requests per second per token (0: none).
     public init(storage: any ServerStorage, rateLimit: Double = 0) {
@@ -56,32 +55,26 @@ public struct SyncServer: Sendable {
     public func makeRouter() -> Router<BasicRequestContext> {
         let router = Router()
         router.add(middleware: MetricsMiddleware(metrics: metrics))
-        router.get("/health") { _, _ in "ok\n" }
-        router.get("/metrics") { _, _ -> Response in
+        router.get(RouterPath(WirePath.health)) { _, _ in "ok\n" }
+        router.get(RouterPath(WirePath.metrics)) { _, _ -> Response in
             metrics.watchers.set(Double(notifier.waiting))
             let text = metrics.registry.emitToBuffer()
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                             body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
-        router.get("/v1/whoami") { request, _ -> Response in
+        router.get(RouterPath(WirePath.whoAmI)) { request, _ -> Response in
             let scope = try await authorize(request)
             return try json(WhoAmI(account: scope.account, store: scope.store, readOnly: scope.readOnly))
         }
-        router.get("/v1/{account}/{store}/identity") { request, context -> Response in
+        router.get(RouterPath(WirePath.pattern(.identity))) { request, context -> Response in
             let (_, _) = try await address(request, context, write: false)
             let account = try context.parameters.require("account")
-            return try json(["identity": try await run { try await storage.identity() } + "/" + account])
+            return try json(IdentityResponse(identity: try await run { try await storage.identity() } + "/" + account))
         }
-        router.post("/v1/{account}/{store}/changes") { request, context -> Response in
+        router.post(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
             let (stored, _) = try await address(request, context, write: true)
-            let body = try await request.body.collect(upTo: maximumBody)
-            let push: PushRequest
-            do {
-                push = try JSONDecoder().decode(PushRequest.self, from: Data(buffer: body))
-            } catch {
-                throw HTTPError(.badRequest, message: "the body is not a push: \(error)")
-            }
-            try validate(push.changes)
+            let body = try await request.body.collect(upTo: WireLimits.maximumPushBytes)
+            let push = try wire { () throws(WireError) in try decodePush(Array(body.readableBytesView)) }
             let outcome = try await run { try await storage.push(push.changes, to: stored) }
             if !outcome.accepted.isEmpty { notifier.notify(stored) }
             metrics.pushes.increment()
@@ -89,33 +82,33 @@ public struct SyncServer: Sendable {
             metrics.refused.increment(by: Int64(outcome.refused.count))
             let now = Int64(Date().timeIntervalSince1970 * 1000)
             for change in push.changes { metrics.changeDelay.record(.milliseconds(max(0, now - change.stamp.time))) }
-            return try json(outcome)
+            return try json(outcome as PushResponse)
         }
-        router.get("/v1/{account}/{store}/changes") { request, context -> Response in
+        router.get(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
             let (stored, _) = try await address(request, context, write: false)
-            let after = try number(request, "after", default: 0)
-            let limit = Int(try number(request, "limit", default: 1000))
-            guard (1...10_000).contains(limit) else { throw HTTPError(.badRequest, message: "limit must be 1 to 10000") }
-            let batch = try await longPoll(stored, request, until: { !$0.changes.isEmpty }) {
+            let query = WireQuery(request.uri.query)
+            let (after, limit) = try wire { () throws(WireError) in (try query.after(), try query.limit()) }
+            let batch = try await longPoll(stored, query, until: { !$0.changes.isEmpty }) {
                 try await storage.changes(in: stored, after: after, limit: limit)
             }
-            return try json(batch)
+            return try json(batch as ChangesResponse)
         }
-        router.get("/v1/{account}/{store}/events") { request, context -> Response in
+        router.get(RouterPath(WirePath.pattern(.events))) { request, context -> Response in
             let (stored, scope) = try await address(request, context, write: false)
-            let after = try number(request, "after", default: 0)
-            let token = bearerToken(request)
+            let after = try wire { () throws(WireError) in try WireQuery(request.uri.query).after() }
+            let token = try bearerToken(request)
             return Response(
                 status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
                 body: ResponseBody { writer in
                     try await streamChanges(of: stored, after: after, while: { await stillAllowed(token, scope) }, to: &writer)
                 })
         }
-        router.get("/v1/{account}/{store}/cursor") { request, context -> Response in
+        router.get(RouterPath(WirePath.pattern(.cursor))) { request, context -> Response in
             let (stored, _) = try await address(request, context, write: false)
-            let after = try number(request, "after", default: 0)
-            let cursor = try await longPoll(stored, request, until: { $0 > after }) { try await storage.cursor(of: stored) }
-            return try json(["cursor": cursor])
+            let query = WireQuery(request.uri.query)
+            let after = try wire { () throws(WireError) in try query.after() }
+            let cursor = try await longPoll(stored, query, until: { $0 > after }) { try await storage.cursor(of: stored) }
+            return try json(CursorResponse(cursor: cursor))
         }
         return router
     }
@@ -167,16 +160,20 @@ public struct SyncServer: Sendable {
         (try? await accounts.stillActiveScope(of: token)) == scope
     }
 
-    private func bearerToken(_ request: Request) -> String {
-        String((request.headers[.authorization] ?? "").dropFirst("Bearer ".count))
+    /// The request's bearer token; 401, with the reason and a challenge, when there is none.
+    private func bearerToken(_ request: Request) throws -> String {
+        let header = request.headers[.authorization]
+        if let token = KVWire.bearerToken(fromAuthorization: header) { return token }
+        throw HTTPError(.unauthorized, headers: [.wwwAuthenticate: "Bearer"],
+                        message: header == nil ? "missing Authorization: Bearer TOKEN"
+                                               : "the Authorization header is not Bearer and a token")
     }
 
     /// Looks at the storage; when the request asks to `wait` (seconds, at most 60) and what it
     /// found is not `ready`, waits for the store's next change (or the time) and looks again.
-    private func longPoll<T>(_ store: String, _ request: Request, until ready: (T) -> Bool,
+    private func longPoll<T>(_ store: String, _ query: WireQuery, until ready: (T) -> Bool,
                              _ look: () async throws -> T) async throws -> T {
-        let wait = try number(request, "wait", default: 0)
-        guard (0...60).contains(wait) else { throw HTTPError(.badRequest, message: "wait must be 0 to 60 seconds") }
+        let wait = try wire { () throws(WireError) in try query.wait() }
         let seen = notifier.version(of: store)
         let found = try await run(look)
         guard wait > 0, !ready(found) else { return found }
@@ -185,18 +182,15 @@ public struct SyncServer: Sendable {
     }
 
     private func authorize(_ request: Request) async throws -> TokenScope {
-        guard let header = request.headers[.authorization] else {
-            throw HTTPError(.unauthorized, message: "missing Authorization: Bearer TOKEN")
-        }
-        let token = bearerToken(request)
+        let token = try bearerToken(request)
         let scope: TokenScope?
         do {
-            scope = header.hasPrefix("Bearer ") ? try await accounts.scope(of: token) : nil
+            scope = try await accounts.scope(of: token)
         } catch {
             throw unavailable(error)
         }
         guard let scope else {
-            throw HTTPError(.unauthorized, message: "unknown or revoked token")
+            throw HTTPError(.unauthorized, headers: [.wwwAuthenticate: "Bearer"], message: "unknown or revoked token")
         }
         if let wait = limiter.admit(token) {
             let seconds = max(1, Int((Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18).rounded(.up)))
@@ -222,27 +216,16 @@ public struct SyncServer: Sendable {
         return ("\(account).\(store)", scope)
     }
 
-    /// Refuses the whole push when a change is malformed: a bad key, a value that is not a
-    /// property list of its type. (Quotas are judged per change by the storage.)
-    private func validate(_ changes: [StampedChange]) throws {
-        for change in changes {
-            guard !change.key.isEmpty, change.key.utf8.count <= 1024, !change.stamp.device.isEmpty else {
-                throw HTTPError(.badRequest, message: "a change has an invalid key or stamp")
-            }
-            guard let value = change.value else {
-                if change.type != nil { throw HTTPError(.badRequest, message: "\(change.key): a tombstone has no type") }
-                continue
-            }
-            guard let decoded = try? PropertyListCodec.decode([UInt8](value)), decoded.type == change.type else {
-                throw HTTPError(.badRequest, message: "\(change.key): the value is not a property list of type \(change.type?.rawValue ?? "none")")
-            }
+    /// A refusal of the request's form as HTTP: 413 for a body over the limit, else 400, with
+    /// the reason. (A push is refused whole when malformed; quotas are judged per change by
+    /// the storage.)
+    private func wire<T>(_ read: () throws(WireError) -> T) throws -> T {
+        do {
+            return try read()
+        } catch {
+            if case .bodyTooLarge = error { throw HTTPError(.contentTooLarge, message: error.description) }
+            throw HTTPError(.badRequest, message: error.description)
         }
-    }
-
-    private func number(_ request: Request, _ name: String, default value: Int64) throws -> Int64 {
-        guard let text = request.uri.queryParameters.get(name) else { return value }
-        guard let number = Int64(text), number >= 0 else { throw HTTPError(.badRequest, message: "\(name) must be a whole number") }
-        return number
     }
 
     /// Storage failures as HTTP: a bad store name is 404, anything else 503 with Retry-After.
@@ -267,16 +250,6 @@ public struct SyncServer: Sendable {
         let data = try JSONEncoder().encode(value)
         return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: data)))
     }
-}
-
-struct PushRequest: Codable {
-    var changes: [StampedChange]
-}
-
-struct WhoAmI: Codable {
-    var account: String
-    var store: String?
-    var readOnly: Bool
 }
 
 /// A certificate chain and its private key, PEM files, for HTTPS.

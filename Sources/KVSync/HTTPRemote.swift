@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import KVCloud
 import KVStore
+import KVWire
 import NIOCore
 import NIOHTTP1
 import NIOSSL
@@ -40,22 +41,28 @@ public final class HTTPRemote: Remote {
     }
 
     public func identity() async throws -> String {
-        try await request(.GET, storePath("identity"), as: [String: String].self)["identity"] ?? ""
+        try await request(.GET, storePath(.identity), as: IdentityResponse.self).identity
     }
 
     public func readOnlyReason() async throws -> String? {
-        let me = try await request(.GET, "/v1/whoami", as: WhoAmI.self)
+        let me = try await request(.GET, WirePath.whoAmI, as: WhoAmI.self)
         return me.readOnly ? "the token for \(description) may only read" : nil
     }
 
+    /// One push, or several when the changes are more than the server takes in one
+    /// (`WireLimits`): a device offline for long may have that many pending.
     public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
-        let body = try JSONEncoder().encode(PushBody(changes: changes))
-        return try await request(.POST, storePath("changes"), body: body, as: PushOutcome.self)
+        let path = try await storePath(.changes)
+        var outcomes: [PushResponse] = []
+        for body in try encodePushes(changes) {
+            outcomes.append(try await request(.POST, path, body: Data(body), as: PushResponse.self))
+        }
+        return .joining(outcomes)
     }
 
     public func fetch(after cursor: Int64) async throws -> ChangeBatch {
         if let batch = takePrefetched(after: cursor) { return batch }
-        return try await request(.GET, storePath("changes") + "?after=\(cursor)&limit=4096", as: ChangeBatch.self)
+        return try await request(.GET, storePath(.changes) + WireQuery.encode(after: cursor, limit: 4096), as: ChangesResponse.self)
     }
 
     /// The next batch of the server's event stream for this store (opened from `cursor`, and
@@ -71,7 +78,7 @@ public final class HTTPRemote: Remote {
 
     private func changeStream(from cursor: Int64) async throws -> ChangeStream {
         if let open = stream.withLock({ $0 }), open.position == cursor, !open.isFinished { return open }
-        let opened = try await ChangeStream(response: send(.GET, storePath("events") + "?after=\(cursor)", timeout: .hours(24 * 365)),
+        let opened = try await ChangeStream(response: send(.GET, storePath(.events) + WireQuery.encode(after: cursor), timeout: .hours(24 * 365)),
                                             from: cursor, base: base)
         stream.withLock { $0 = opened }
         return opened
@@ -125,21 +132,11 @@ public final class HTTPRemote: Remote {
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }
 
-    private struct PushBody: Encodable { var changes: [StampedChange] }
-    private struct WhoAmI: Decodable {
-        var account: String
-        var readOnly: Bool
-    }
-    private struct ErrorBody: Decodable {
-        struct Detail: Decodable { var message: String? }
-        var error: Detail
-    }
-
-    private func storePath(_ tail: String) async throws -> String {
-        if let known = account.withLock({ $0 }) { return "/v1/\(known)/\(store)/\(tail)" }
-        let me = try await request(.GET, "/v1/whoami", as: WhoAmI.self)
+    private func storePath(_ resource: WirePath.StoreResource) async throws -> String {
+        if let known = account.withLock({ $0 }) { return WirePath.store(account: known, store: store, resource) }
+        let me = try await request(.GET, WirePath.whoAmI, as: WhoAmI.self)
         account.withLock { $0 = me.account }
-        return "/v1/\(me.account)/\(store)/\(tail)"
+        return WirePath.store(account: me.account, store: store, resource)
     }
 
     private func request<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil, as type: T.Type,
@@ -176,7 +173,7 @@ public final class HTTPRemote: Remote {
         }
         guard response.status == .ok else {
             let data = Data((try? await response.body.collect(upTo: 1 << 20))?.readableBytesView ?? ByteBuffer().readableBytesView)
-            let message = (try? JSONDecoder().decode(ErrorBody.self, from: data).error.message) ?? response.status.reasonPhrase
+            let message = (try? JSONDecoder().decode(ErrorResponse.self, from: data).error.message) ?? response.status.reasonPhrase
             switch response.status {
             case .tooManyRequests, .serviceUnavailable:
                 let after = response.headers.first(name: "Retry-After").flatMap { Int64($0) }.map { Duration.seconds($0) }

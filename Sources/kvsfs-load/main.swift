@@ -10,6 +10,7 @@ import Foundation
 import KVCloud
 import KVStore
 import KVSync
+import KVWire
 import NIOCore
 import Synchronization
 
@@ -121,7 +122,9 @@ struct LoadClient: Sendable {
     let client: HTTPClient
     let options: Options
 
-    func path(_ store: String, _ rest: String) -> String { "\(options.url)/v1/\(options.account)/\(store)/\(rest)" }
+    func url(_ store: String, _ resource: WirePath.StoreResource, _ query: String = "") -> String {
+        options.url + WirePath.store(account: options.account, store: store, resource) + query
+    }
 
     func get<T: Decodable>(_ url: String, as type: T.Type, timeout: TimeAmount = .seconds(90)) async throws -> T {
         var request = HTTPClientRequest(url: url)
@@ -135,11 +138,11 @@ struct LoadClient: Sendable {
     /// A mount's watch: the store's event stream, each batch's changes noted with their delay;
     /// opened again from the last cursor if it fails.
     func watch(_ store: String, until deadline: ContinuousClock.Instant, tally: Tally) async {
-        var cursor: Int64 = (try? await get(path(store, "cursor?after=0&wait=0"), as: [String: Int64].self)["cursor"]) ?? 0
+        var cursor: Int64 = (try? await get(url(store, .cursor, WireQuery.encode(after: 0, wait: 0)), as: CursorResponse.self).cursor) ?? 0
         var connected = false
         while ContinuousClock.now < deadline {
             do {
-                var request = HTTPClientRequest(url: path(store, "events?after=\(cursor)"))
+                var request = HTTPClientRequest(url: url(store, .events, WireQuery.encode(after: cursor)))
                 request.headers.add(name: "Authorization", value: "Bearer \(options.token)")
                 let response = try await client.execute(request, deadline: .now() + .seconds(Int64(options.seconds) + 60))
                 guard response.status == .ok else { throw LoadError(status: Int(response.status.code)) }
@@ -177,11 +180,11 @@ struct LoadClient: Sendable {
         let change = StampedChange(key: key, value: value, type: .string,
                                    stamp: ChangeStamp(time: Int64(Date().timeIntervalSince1970 * 1000), counter: sequence, device: "load-writer"))
         do {
-            var request = HTTPClientRequest(url: path(store, "changes"))
+            var request = HTTPClientRequest(url: url(store, .changes))
             request.method = .POST
             request.headers.add(name: "Authorization", value: "Bearer \(options.token)")
             request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(["changes": [change]])))
+            request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(PushRequest(changes: [change]))))
             let response = try await client.execute(request, timeout: .seconds(30))
             _ = try await response.body.collect(upTo: 1 << 20)
             tally.pushed(latency: response.status == .ok ? elapsedMicroseconds() - sent : nil, watchers: watchers)

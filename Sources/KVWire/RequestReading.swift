@@ -1,0 +1,98 @@
+import Foundation
+
+/// A request's query (`after=N&limit=L&wait=S`), read as the server's router reads it: pairs
+/// split at `&` and at their first `=`, values percent-decoded, the first of a repeated name
+/// winning, unknown names ignored. Each route reads only the parameters it takes. Pure, and
+/// never traps, whatever the text.
+public struct WireQuery: Sendable {
+    private let pairs: [(name: Substring, value: Substring)]
+
+    /// `query`: the part of the URI after `?`, as sent (nil or empty for none).
+    public init(_ query: String?) {
+        pairs = (query ?? "").split(separator: "&", omittingEmptySubsequences: false).map { pair in
+            guard let equals = pair.firstIndex(of: "=") else { return (pair, "") }
+            return (pair[..<equals], pair[pair.index(after: equals)...])
+        }
+    }
+
+    /// The value of the first parameter called `name`, percent-decoded (as sent when it does
+    /// not decode).
+    public func value(_ name: String) -> String? {
+        guard let value = pairs.first(where: { $0.name == name })?.value else { return nil }
+        return String(value).removingPercentEncoding ?? String(value)
+    }
+
+    /// `after`: the cursor to read after, 0 or more (default 0).
+    public func after() throws(WireError) -> Int64 {
+        try wholeNumber("after") ?? 0
+    }
+
+    /// `limit`: how many changes at most, in `WireLimits.changesPerFetch` (default 1000).
+    public func limit() throws(WireError) -> Int {
+        guard let number = try wholeNumber("limit") else { return WireLimits.defaultChangesPerFetch }
+        let range = WireLimits.changesPerFetch
+        guard number >= Int64(range.lowerBound), number <= Int64(range.upperBound) else {
+            throw .invalidQuery(name: "limit", expected: "\(range.lowerBound) to \(range.upperBound)")
+        }
+        return Int(number)
+    }
+
+    /// `wait`: how many seconds a long poll may wait, in `WireLimits.waitSeconds` (default 0).
+    public func wait() throws(WireError) -> Int64 {
+        guard let number = try wholeNumber("wait") else { return 0 }
+        let range = WireLimits.waitSeconds
+        guard range.contains(number) else {
+            throw .invalidQuery(name: "wait", expected: "\(range.lowerBound) to \(range.upperBound) seconds")
+        }
+        return number
+    }
+
+    /// `?after=N[&limit=L][&wait=S]`, for a client.
+    public static func encode(after: Int64, limit: Int? = nil, wait: Int64? = nil) -> String {
+        "?after=\(after)" + (limit.map { "&limit=\($0)" } ?? "") + (wait.map { "&wait=\($0)" } ?? "")
+    }
+
+    /// A parameter that must be a whole number (0 or more) when present; one that overflows
+    /// 64 bits is no whole number.
+    private func wholeNumber(_ name: String) throws(WireError) -> Int64? {
+        guard let text = value(name) else { return nil }
+        guard let number = Int64(text), number >= 0 else { throw .invalidQuery(name: name, expected: "a whole number") }
+        return number
+    }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header (RFC 6750, RFC 7235): the scheme in
+/// any case, one or more spaces, then a token68 (letters, digits, `-._~+/`, then any `=`) of
+/// at most `WireLimits.maximumTokenBytes`. Nil for anything else: no header, another scheme,
+/// a token with other characters (a comma where two headers were joined, say). Pure.
+public func bearerToken(fromAuthorization header: String?) -> String? {
+    guard let header else { return nil }
+    // The token, the scheme and the spaces around them.
+    guard header.utf8.count <= WireLimits.maximumTokenBytes + 64 else { return nil }
+    var bytes = Substring(header).utf8[...]
+    func isWhitespace(_ byte: UInt8) -> Bool { byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+    // A field value's surrounding whitespace is not part of it (RFC 9110, 5.5).
+    while let first = bytes.first, isWhitespace(first) { bytes.removeFirst() }
+    while let last = bytes.last, isWhitespace(last) { bytes.removeLast() }
+    let scheme = Array("bearer".utf8)
+    guard bytes.count > scheme.count,
+          zip(bytes.prefix(scheme.count), scheme).allSatisfy({ ($0 | 0x20) == $1 }),
+          bytes.dropFirst(scheme.count).first == UInt8(ascii: " ") else { return nil }
+    let token = bytes.dropFirst(scheme.count).drop { $0 == UInt8(ascii: " ") }
+    guard !token.isEmpty, token.count <= WireLimits.maximumTokenBytes else { return nil }
+    let padding = token.reversed().prefix { $0 == UInt8(ascii: "=") }.count
+    let body = token.dropLast(padding)
+    guard !body.isEmpty, body.allSatisfy(isToken68) else { return nil }
+    return String(decoding: token, as: UTF8.self)
+}
+
+/// token68's characters before its padding: ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/".
+private func isToken68(_ byte: UInt8) -> Bool {
+    switch byte {
+    case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+         UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "+"), UInt8(ascii: "/"):
+        true
+    default:
+        false
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import KVCloud
+import KVStore
+
+// What `kvsfs serve` and its clients (HTTPRemote, kvsfs-load) say to each other: the paths,
+// the JSON bodies, and the server's reading of requests. No NIO here: the fuzzer and the
+// client link it as they are.
+
+/// The paths of the sync protocol (see `SyncServer` for what each answers).
+public enum WirePath {
+    public static let health = "/health"
+    public static let metrics = "/metrics"
+    public static let whoAmI = "/v1/whoami"
+
+    /// What a store-addressed path names: `/v1/ACCOUNT/STORE/RESOURCE`.
+    public enum StoreResource: String, Sendable, CaseIterable {
+        case identity, changes, events, cursor
+    }
+
+    /// `/v1/ACCOUNT/STORE/RESOURCE`, for a client.
+    public static func store(account: String, store: String, _ resource: StoreResource) -> String {
+        "/v1/\(account)/\(store)/\(resource.rawValue)"
+    }
+
+    /// `/v1/{account}/{store}/RESOURCE`, the server router's pattern for the same path.
+    public static func pattern(_ resource: StoreResource) -> String {
+        "/v1/{account}/{store}/\(resource.rawValue)"
+    }
+}
+
+/// `POST .../changes`: the changes a device offers.
+public struct PushRequest: Codable, Sendable, Equatable {
+    public var changes: [StampedChange]
+
+    public init(changes: [StampedChange]) {
+        self.changes = changes
+    }
+}
+
+/// The answer to a push: what was accepted and what was refused, with why.
+public typealias PushResponse = PushOutcome
+
+/// The answer to `GET .../changes` and each event of `GET .../events`.
+public typealias ChangesResponse = ChangeBatch
+
+/// `GET /v1/whoami`: what the token reaches.
+public struct WhoAmI: Codable, Sendable, Equatable {
+    public var account: String
+    /// The one store the token reaches; nil for every store of the account.
+    public var store: String?
+    public var readOnly: Bool
+
+    public init(account: String, store: String?, readOnly: Bool) {
+        self.account = account
+        self.store = store
+        self.readOnly = readOnly
+    }
+}
+
+/// `GET .../identity`: the account's remote id (see `CloudStorage.identity()`).
+public struct IdentityResponse: Codable, Sendable, Equatable {
+    public var identity: String
+
+    public init(identity: String) {
+        self.identity = identity
+    }
+}
+
+/// `GET .../cursor`: the store's newest cursor.
+public struct CursorResponse: Codable, Sendable, Equatable {
+    public var cursor: Int64
+
+    public init(cursor: Int64) {
+        self.cursor = cursor
+    }
+}
+
+/// Every 4xx and 5xx answer's body: `{"error":{"message":...}}` (Hummingbird's `HTTPError`).
+public struct ErrorResponse: Codable, Sendable, Equatable {
+    public struct Detail: Codable, Sendable, Equatable {
+        public var message: String?
+    }
+
+    public var error: Detail
+
+    public init(message: String?) {
+        error = Detail(message: message)
+    }
+}

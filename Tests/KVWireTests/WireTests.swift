@@ -1,0 +1,243 @@
+import Foundation
+import KVCloud
+import KVStore
+import KVTestSupport
+import KVWire
+import Testing
+
+/// The server's reading of requests, as pure functions: what it accepts, what it refuses and
+/// why, and that no bytes make it trap.
+@Suite("The wire")
+struct WireTests {
+    private static let xml = Data(try! PropertyListCodec.encodeXML(.string("hello")))
+
+    private func change(_ key: String = "k", device: String = "d", value: Data? = WireTests.xml,
+                        type: ValueType? = .string) -> StampedChange {
+        StampedChange(key: key, value: value, type: type, stamp: ChangeStamp(time: 1, counter: 0, device: device))
+    }
+
+    private func body(_ changes: [StampedChange]) -> [UInt8] {
+        Array(try! JSONEncoder().encode(PushRequest(changes: changes)))
+    }
+
+    private func refusal(_ bytes: [UInt8]) -> WireError? {
+        do {
+            _ = try decodePush(bytes)
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    // MARK: - Pushes
+
+    @Test("a push of a value and a deletion reads back as sent")
+    func wellFormedPush() throws {
+        let changes = [change("k"), change("gone", value: nil, type: nil)]
+        #expect(try decodePush(body(changes)) == PushRequest(changes: changes))
+    }
+
+    @Test("a push over 10,000 changes is refused with the count; 10,000 are read")
+    func tooManyChanges() throws {
+        let many = (0..<10_001).map { change("k\($0)", value: nil, type: nil) }
+        #expect(refusal(body(many)) == .tooManyChanges(count: 10_001, limit: 10_000))
+        #expect(refusal(body(many))?.description == "the push holds 10001 changes, over the limit of 10000 a push")
+        #expect(try decodePush(body(Array(many.prefix(10_000)))).changes.count == 10_000)
+    }
+
+    @Test("device ids of 1 to 128 bytes are read; an empty or longer one is refused, naming the change")
+    func deviceLength() throws {
+        #expect(try decodePush(body([change(device: String(repeating: "d", count: 128))])).changes.count == 1)
+        let long = refusal(body([change("first"), change("second", device: String(repeating: "d", count: 129))]))
+        #expect(long == .invalidChange(index: 1, key: "second", reason: "the device id is 129 bytes, over the limit of 128"))
+        #expect(long?.description == "change 1 (key second): the device id is 129 bytes, over the limit of 128")
+        #expect(refusal(body([change(device: "")])) == .invalidChange(index: 0, key: "k", reason: "the stamp has no device id"))
+    }
+
+    @Test("keys of 1 to 1024 bytes are read; an empty or longer one is refused, quoted short")
+    func keyLength() throws {
+        #expect(try decodePush(body([change(String(repeating: "é", count: 512))])).changes.count == 1)
+        let long = refusal(body([change(String(repeating: "k", count: 1025))]))
+        #expect(long == .invalidChange(index: 0, key: String(repeating: "k", count: 64) + "…",
+                                       reason: "the key is 1025 bytes, over the limit of 1024"))
+        #expect(refusal(body([change("")])) == .invalidChange(index: 0, key: "", reason: "the key is empty"))
+    }
+
+    @Test("a value must be a property list of its type; a deletion has no type")
+    func valuesAndTypes() {
+        #expect(refusal(body([change(type: .integer)]))?.description == "change 0 (key k): the value is not a property list of type integer")
+        #expect(refusal(body([change(value: Data("not ( a plist".utf8))]))?.description
+                == "change 0 (key k): the value is not a property list of type string")
+        #expect(refusal(body([change(type: nil)])) == .invalidChange(index: 0, key: "k", reason: "a value needs its type"))
+        #expect(refusal(body([change(value: nil, type: .string)])) == .invalidChange(index: 0, key: "k", reason: "a deletion has no type"))
+    }
+
+    @Test("a value over the per-value quota is read: the storage refuses that change alone, with its quota")
+    func largeValue() throws {
+        let large = Data(try PropertyListCodec.encodeXML(.string(String(repeating: "x", count: 1_500_000))))
+        #expect(try decodePush(body([change(value: large)])).changes.first?.value == large)
+    }
+
+    @Test("a body over 4 MiB is refused before it is parsed")
+    func bodySize() {
+        let big = [UInt8](repeating: UInt8(ascii: " "), count: (4 << 20) + 1)
+        #expect(refusal(big) == .bodyTooLarge(bytes: (4 << 20) + 1, limit: 4 << 20))
+    }
+
+    @Test("nesting deeper than 16 is refused before it is parsed; brackets inside strings do not count")
+    func nesting() throws {
+        let deep = Array(#"{"changes":"#.utf8) + [UInt8](repeating: UInt8(ascii: "["), count: 100_000)
+        #expect(refusal(deep) == .nestedTooDeep(limit: 16))
+        #expect(refusal(deep)?.description == "the body nests arrays and objects more than 16 deep")
+        let bracketed = change(String(repeating: "[{", count: 200) + #"\"#)
+        #expect(try decodePush(body([bracketed])) == PushRequest(changes: [bracketed]))
+    }
+
+    @Test("what is not a push says what is wrong and where")
+    func notAPush() {
+        #expect(refusal(Array("{not json".utf8))?.description.hasPrefix("the body is not a push: ") == true)
+        #expect(refusal(Array(#"{"changes":[{"key":"k"}]}"#.utf8)) == .notAPush("changes.0 has no stamp"))
+        #expect(refusal([]) != nil)
+    }
+
+    @Test("no bytes make decodePush trap: random bodies, and a push with bytes flipped or cut")
+    func neverTraps() {
+        var generator = SeededGenerator(seed: 7)
+        let valid = body([change("k"), change("gone", value: nil, type: nil)])
+        for round in 0..<3000 {
+            var bytes: [UInt8]
+            switch round % 3 {
+            case 0: bytes = (0..<Int.random(in: 0..<300, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            case 1:
+                bytes = valid
+                for _ in 0..<Int.random(in: 1...4, using: &generator) {
+                    bytes[Int.random(in: 0..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+                }
+            default: bytes = Array(valid.prefix(Int.random(in: 0...valid.count, using: &generator)))
+            }
+            _ = refusal(bytes)
+        }
+        // Numbers past their types, in the stamp.
+        for stamp in [#"{"time":99999999999999999999,"counter":0,"device":"d"}"#, #"{"time":-9223372036854775808,"counter":2147483648,"device":"d"}"#,
+                      #"{"time":1e400,"counter":0,"device":"d"}"#] {
+            _ = refusal(Array(#"{"changes":[{"key":"k","value":null,"type":null,"stamp":\#(stamp)}]}"#.utf8))
+        }
+    }
+
+    // MARK: - Pushing many changes
+
+    @Test("a client's pushes keep within the server's limits: 25,000 changes go in three pushes, each read whole")
+    func splitByCount() throws {
+        let changes = (0..<25_000).map { change("k\($0)", value: nil, type: nil) }
+        let bodies = try encodePushes(changes)
+        #expect(bodies.count == 3)
+        #expect(try bodies.flatMap { try decodePush($0).changes } == changes)
+    }
+
+    @Test("large values are split by bytes; one change over the limit travels alone")
+    func splitBySize() throws {
+        let megabyte = Data(try PropertyListCodec.encodeXML(.data(Data(repeating: 0xFF, count: 400_000))))
+        let changes = (0..<6).map { change("k\($0)", value: megabyte, type: .data) }
+        let bodies = try encodePushes(changes)
+        #expect(bodies.count > 1)
+        #expect(bodies.allSatisfy { $0.count <= WireLimits.maximumPushBytes })
+        #expect(try bodies.flatMap { try decodePush($0).changes } == changes)
+        let huge = change("huge", value: Data(repeating: 0x20, count: 5 << 20), type: .string)
+        #expect(try encodePushes([change("a"), huge, change("b")]).count == 3)
+        #expect(try encodePushes([]).map { try decodePush($0) } == [PushRequest(changes: [])])
+    }
+
+    @Test("the answers to several pushes join: cursors span them only when each began where the last ended")
+    func joiningAnswers() {
+        let a = change("a"), b = change("b")
+        let contiguous = PushOutcome.joining([PushOutcome(accepted: [a], cursorBefore: 3, cursorAfter: 4),
+                                              PushOutcome(accepted: [b], cursorBefore: 4, cursorAfter: 5)])
+        #expect(contiguous == PushOutcome(accepted: [a, b], cursorBefore: 3, cursorAfter: 5))
+        let interleaved = PushOutcome.joining([PushOutcome(accepted: [a], cursorBefore: 3, cursorAfter: 4),
+                                               PushOutcome(accepted: [b], cursorBefore: 6, cursorAfter: 7)])
+        #expect(interleaved == PushOutcome(accepted: [a, b]))
+    }
+
+    // MARK: - Queries
+
+    /// The reason a query's parameter is refused; nil when it is read.
+    private func queryRefusal(_ read: () throws -> Any) -> String? {
+        do {
+            _ = try read()
+            return nil
+        } catch {
+            return (error as? WireError)?.description ?? "not a WireError: \(error)"
+        }
+    }
+
+    @Test("after, limit and wait: defaults, ranges, and the reason for each refusal")
+    func queries() throws {
+        let none = WireQuery(nil)
+        #expect(try none.after() == 0 && none.limit() == 1000 && none.wait() == 0)
+        let given = WireQuery("after=5&limit=10000&wait=60&other=x")
+        #expect(try given.after() == 5 && given.limit() == 10_000 && given.wait() == 60)
+        #expect(try WireQuery("limit=1").limit() == 1)
+        #expect(queryRefusal { try WireQuery("after=-1").after() } == "after must be a whole number")
+        #expect(queryRefusal { try WireQuery("after=x").after() } == "after must be a whole number")
+        #expect(queryRefusal { try WireQuery("after=").after() } == "after must be a whole number")
+        #expect(queryRefusal { try WireQuery("after=99999999999999999999").after() } == "after must be a whole number")
+        #expect(try WireQuery("after=9223372036854775807").after() == .max)
+        #expect(queryRefusal { try WireQuery("limit=0").limit() } == "limit must be 1 to 10000")
+        #expect(queryRefusal { try WireQuery("limit=10001").limit() } == "limit must be 1 to 10000")
+        #expect(queryRefusal { try WireQuery("limit=9223372036854775807").limit() } == "limit must be 1 to 10000")
+        #expect(queryRefusal { try WireQuery("wait=61").wait() } == "wait must be 0 to 60 seconds")
+    }
+
+    @Test("a query reads as the router reads it: values percent-decoded, the first of a name winning")
+    func queryForm() throws {
+        #expect(try WireQuery("after=%37").after() == 7)
+        #expect(try WireQuery("after=3&after=9").after() == 3)
+        #expect(WireQuery("after&limit=2").value("after") == "")
+        #expect(queryRefusal { try WireQuery("after&limit=2").after() } == "after must be a whole number")
+        #expect(WireQuery("a=b=c").value("a") == "b=c")
+        #expect(WireQuery("after=%zz").value("after") == "%zz")
+        #expect(WireQuery(WireQuery.encode(after: 4, limit: 4096, wait: 9).dropFirst().description).value("limit") == "4096")
+        for text in ["", "&&&", "=", "==", "%", "after=%", "after=\u{0}", String(repeating: "a=1&", count: 10_000)] {
+            let query = WireQuery(text)
+            _ = queryRefusal { try query.after() }
+            _ = queryRefusal { try query.limit() }
+            _ = queryRefusal { try query.wait() }
+        }
+    }
+
+    // MARK: - Bearer tokens
+
+    @Test("the Bearer scheme in any case, then one or more spaces, then a token68", arguments: [
+        ("Bearer kvs_a1_b-2", "kvs_a1_b-2"), ("bearer kvs_x", "kvs_x"), ("BEARER kvs_x", "kvs_x"), ("BeArEr    kvs_x", "kvs_x"),
+        ("  Bearer kvs_x \t", "kvs_x"), ("Bearer a.b~c+d/e==", "a.b~c+d/e=="),
+    ])
+    func bearerAccepted(header: String, token: String) {
+        #expect(bearerToken(fromAuthorization: header) == token)
+    }
+
+    @Test("anything else is no bearer token", arguments: [
+        "", "Bearer", "Bearer ", "Bearer    ", "Basic dXNlcjpwYXNz", "Bearerkvs_x", "Bearer\tkvs_x", "Bearer kvs x",
+        "Bearer kvs_x, Bearer kvs_y", "Bearer =kvs", "Bearer kv=s", "Bearer ===", "Bearer kvs_é", "Bearer kvs\u{0}x", "Bearer kvs\r\nX: y",
+        "Bearer " + String(repeating: "a", count: 513), "Bearer " + String(repeating: " ", count: 600) + "a", "Beärer kvs",
+    ])
+    func bearerRefused(header: String) {
+        #expect(bearerToken(fromAuthorization: header) == nil)
+    }
+
+    @Test("no header is no token; a token of 512 bytes is the longest")
+    func bearerBounds() {
+        #expect(bearerToken(fromAuthorization: nil) == nil)
+        let longest = String(repeating: "a", count: 512)
+        #expect(bearerToken(fromAuthorization: "Bearer " + longest) == longest)
+    }
+
+    @Test("paths: what a client asks for matches the pattern the server routes")
+    func paths() {
+        for resource in WirePath.StoreResource.allCases {
+            let path = WirePath.store(account: "alice", store: "default", resource)
+            let pattern = WirePath.pattern(resource)
+            #expect(path == pattern.replacingOccurrences(of: "{account}", with: "alice").replacingOccurrences(of: "{store}", with: "default"))
+        }
+        #expect(WirePath.store(account: "alice", store: "config", .events) == "/v1/alice/config/events")
+    }
+}
