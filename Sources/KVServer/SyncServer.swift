@@ -6,6 +6,7 @@ import KVCloud
 import KVStore
 import KVWire
 import Logging
+import NIOCore
 import Synchronization
 
 /// The sync server's HTTP interface over cloud storage and accounts. Every route but
@@ -287,12 +288,22 @@ public struct ServerSetupError: Error, CustomStringConvertible {
 }
 
 extension SyncServer {
+    /// How long a connection may go without a whole request by default (see `application`).
+    public static let defaultIdleTimeout = Duration.seconds(30)
+
     /// The HTTP (or, given a certificate, HTTPS) application serving this server on host:port.
-    public func application(host: String, port: Int, certificate: ServerCertificate?, logger: Logger) throws -> some ApplicationProtocol {
+    ///
+    /// A connection is closed once `idleTimeout` passes with no request in progress and none
+    /// arriving, or while a request's head or body stops coming (a client that sends half a
+    /// request holds no socket for long). The clock stops once a request has arrived whole and
+    /// starts again when its answer ends: a long poll or an event stream is never cut.
+    public func application(host: String, port: Int, certificate: ServerCertificate?,
+                            idleTimeout: Duration = defaultIdleTimeout, logger: Logger) throws -> some ApplicationProtocol {
+        let http1 = HTTPServerBuilder.http1(configuration: .init(idleTimeout: TimeAmount(idleTimeout)))
         let builder: HTTPServerBuilder = if let certificate {
-            try .tls(.http1(), tlsConfiguration: certificate.tlsConfiguration())
+            try .tls(http1, tlsConfiguration: certificate.tlsConfiguration())
         } else {
-            .http1()
+            http1
         }
         return Application(
             router: makeRouter(), server: builder,

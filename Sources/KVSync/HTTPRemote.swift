@@ -128,6 +128,9 @@ public final class HTTPRemote: Remote {
         var configuration = HTTPClient.Configuration()
         configuration.connectionPool.retryConnectionEstablishment = false
         configuration.timeout.connect = .seconds(5)
+        // Below the server's idle timeout (30 s by default): the client lets a pooled connection
+        // go before the server closes it, rather than sending a request just as it does.
+        configuration.connectionPool.idleTimeout = .seconds(20)
         if let tls { configuration.tlsConfiguration = tls }
         return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
     }

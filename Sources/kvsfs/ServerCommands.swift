@@ -72,6 +72,11 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Requests per second per token, in bursts of twice that (0: no limit).")
     var rateLimit: Double = 1000
 
+    @Option(name: .customLong("idle-timeout"), help: ArgumentHelp(
+        "Close a connection that sends no whole request for this many seconds.",
+        discussion: "Long polls and event streams, whose requests have arrived, are not cut."))
+    var idleTimeout: Double = 30
+
     @Option(name: .customLong("tls-cert"), help: "Serve HTTPS with this certificate chain (PEM); needs --tls-key.")
     var tlsCertificate: String?
 
@@ -81,6 +86,7 @@ struct Serve: ParsableCommand {
     func validate() throws {
         guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 or more") }
+        guard idleTimeout > 0, idleTimeout <= 86_400 else { throw ValidationError("--idle-timeout must be more than 0 and at most 86400 seconds") }
         guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
     }
 
@@ -96,12 +102,13 @@ struct Serve: ParsableCommand {
         logger.logLevel = .info
         let (host, port) = address!
         let certificate = tlsCertificate.map { ServerCertificate(certificatePath: $0, keyPath: tlsKey!) }
+        let idleTimeout = Duration.milliseconds(max(1, Int64((idleTimeout * 1000).rounded())))
         try waitFor { [database, rateLimit, logger] in
             let storage = try await database.open(logger: logger)
             let server = SyncServer(storage: storage, rateLimit: rateLimit)
             let app: any ApplicationProtocol
             do {
-                app = try server.application(host: host, port: port, certificate: certificate, logger: logger)
+                app = try server.application(host: host, port: port, certificate: certificate, idleTimeout: idleTimeout, logger: logger)
             } catch {
                 await storage.close()
                 throw CommandFailure(String(describing: error))

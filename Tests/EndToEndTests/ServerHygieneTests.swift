@@ -40,6 +40,52 @@ struct ServerHygieneTests {
         }
     }
 
+    @Test("a connection that sends half a request, head or body, is closed within the idle timeout; the server serves on")
+    func halfSentRequests() throws {
+        try withServer(["--idle-timeout", "1"]) { (server, token, _) throws in
+            // Each connection: part of a request, then wait for the server to close it (cat
+            // ends) or for 8 s (timeout kills cat: status 124).
+            let result = try shell("""
+                half() {
+                  start=$(date +%s%N)
+                  exec 3<>/dev/tcp/127.0.0.1/\(server.port)
+                  printf "$1" >&3
+                  timeout 8 cat <&3 >/dev/null; status=$?
+                  exec 3<&-
+                  echo "$2: status=$status ms=$(( ($(date +%s%N) - start) / 1000000 ))"
+                }
+                half 'GET /v1/whoami HTTP/1.1\\r\\nHost: x\\r\\nAuthoriz' head &
+                half 'POST /v1/alice/default/changes HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer \(token)\\r\\nContent-Length: 100\\r\\n\\r\\n{"chan' body &
+                half '' silent &
+                wait
+                curl -s \(server.url)/health
+                """, timeout: 30)
+            for name in ["head", "body", "silent"] {
+                let line = result.standardOutput.split(separator: "\n").first { $0.hasPrefix("\(name):") }.map(String.init) ?? ""
+                #expect(line.contains("status=0"), "the server closed the \(name) connection: \(result)")
+                let milliseconds = line.split(separator: "=").last.flatMap { Int($0) } ?? .max
+                #expect(milliseconds < 5000, "within the 1 s timeout, give or take a busy machine: \(line)")
+            }
+            #expect(result.standardOutput.hasSuffix("ok\n"), "\(result)")
+        }
+    }
+
+    @Test("an event stream and a long poll outlast the idle timeout: the stream gets its keep-alives")
+    func streamsOutlastTheTimeout() throws {
+        try withServer(["--idle-timeout", "1"]) { (server, token, dir) throws in
+            let result = try shell("""
+                timeout 12 curl -sN -H 'Authorization: Bearer \(token)' '\(server.url)/v1/alice/default/events?after=0' > \(dir.path)/events
+                echo "stream=$?"
+                curl -s -o /dev/null -w 'poll=%{http_code} %{time_total}\\n' -H 'Authorization: Bearer \(token)' \
+                    '\(server.url)/v1/alice/default/changes?after=0&wait=3'
+                cat \(dir.path)/events
+                """, timeout: 40)
+            #expect(result.standardOutput.contains("stream=124"), "the stream was still open when timeout ended it: \(result)")
+            #expect(result.standardOutput.contains(": keep-alive\n\n"), "\(result)")
+            #expect(result.standardOutput.contains("poll=200 3."), "the long poll waited its 3 s: \(result)")
+        }
+    }
+
     @Test("a push of more than 10,000 changes, or with a device id over 128 bytes, is refused whole with 400 and its reason")
     func boundedPush() throws {
         try withServer { (server, token, dir) throws in
