@@ -22,6 +22,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 try db.execute(sql: "PRAGMA cache_size = -1024")  // KiB per connection
             }
+            OwnerOnlyFile.create(path)
             database = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(database)
         } catch {

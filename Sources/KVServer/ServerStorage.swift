@@ -65,6 +65,8 @@ public final class SQLiteServerStorage: ServerStorage {
     public let accounts: any AccountStorage
 
     public init(path: String) throws(CloudError) {
+        // It holds the token hashes: 0600, even if an older kvsfs made it readable to others.
+        OwnerOnlyFile.restrict(path)
         cloud = try SQLiteCloudStorage(path: path, readers: 4)
         do {
             accounts = try SQLiteAccountStorage(path: path)

@@ -66,6 +66,7 @@ public final class KeyValueStore: Sendable {
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
             }
+            OwnerOnlyFile.create(path)
             database = try DatabaseQueue(path: path, configuration: configuration)
             try StoreSchema.migrator.migrate(database)
             // Opened once the database is ours (exclusive locking): nobody else replays it.

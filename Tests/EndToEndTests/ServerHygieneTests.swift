@@ -109,4 +109,35 @@ struct ServerHygieneTests {
             #expect(try JSONDecoder().decode(Batch.self, from: Data(held.utf8)).changes.isEmpty, "nothing was stored: \(held.prefix(300))")
         }
     }
+
+    @Test("the server's database, with its -wal and -shm, is 0600 after account create and serve, even one made 0644 before")
+    func databaseMode() throws {
+        let dir = TemporaryDirectory("kvsfs-doors")
+        defer { dir.remove() }
+        let database = dir.path + "/server.sqlite"
+        _ = try run(kvsfsBinary, ["account", "create", "alice", "--database", "sqlite://" + database])
+        let created = try shell("stat -c '%a %n' \(database)*").standardOutput
+        #expect(created.hasPrefix("600 \(database)\n"), "\(created)")
+        #expect(created.split(separator: "\n").allSatisfy { $0.hasPrefix("600 ") }, "\(created)")
+        _ = try shell("chmod 644 \(database)")
+        let server = try ServerProcess(database: "sqlite://" + database)
+        defer { server.stop() }
+        let serving = try shell("stat -c '%a %n' \(database) \(database)-wal \(database)-shm").standardOutput
+        #expect(serving == "600 \(database)\n600 \(database)-wal\n600 \(database)-shm\n", "\(serving)")
+    }
+
+    @Test("a mount's store and its file remote are 0600, with their -wal and -shm")
+    func mountFilesMode() throws {
+        try withDaemon { daemon, _ in
+            let result = try shell("""
+                echo hello > \(daemon.path("k"))
+                \(kvsfsBinary) sync \(daemon.mountpoint) || exit 9
+                cd \(daemon.dataDirectory) && stat -c '%a %n' *.sqlite* | sort
+                """)
+            #expect(result.status == 0, "\(result)")
+            let lines = result.standardOutput.split(separator: "\n")
+            #expect(lines.contains("600 default.sqlite") && lines.contains("600 cloud.sqlite") && lines.contains("600 cloud.sqlite-wal"), "\(result)")
+            #expect(lines.allSatisfy { $0.hasPrefix("600 ") }, "\(result)")
+        }
+    }
 }
