@@ -30,6 +30,9 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case remoteUnreachable(String)
     /// The remote is busy or rate-limited: try again later.
     case remoteBusy(String)
+    /// The sync server refused the mount's token (unknown, revoked, or not for this store),
+    /// with its reason.
+    case authorizationRefused(String)
 }
 
 /// The one place that turns an error into the errno a request is answered with.
@@ -66,6 +69,7 @@ public enum ErrnoMapping {
             case .editorFileTooLarge: return EFBIG
             case .remoteUnreachable: return EHOSTUNREACH
             case .remoteBusy: return EAGAIN
+            case .authorizationRefused: return EACCES
             }
         case let error as Errno:
             return error.rawValue

@@ -30,8 +30,8 @@ public struct MountConfiguration: Sendable {
 public struct SyncHooks: Sendable {
     /// Tells which requests come from the thread applying remote changes, and which change.
     public var externalChanges: ExternalChangeRegistry
-    /// `synchronize()`: blocks until done; throws `FileSystemError.remoteUnreachable` or
-    /// `.remoteBusy`. Never called from a request during which the kernel holds the root
+    /// `synchronize()`: blocks until done; throws `FileSystemError.remoteUnreachable`,
+    /// `.remoteBusy` or `.authorizationRefused`. Never called from a request during which the kernel holds the root
     /// directory's lock: remote changes are applied through that directory.
     public var synchronize: @Sendable () throws -> Void
     /// For fsync of the root: pushes what is pending, blocking until the remote has it (or

@@ -11,7 +11,8 @@ import Synchronization
 /// A remote reached over HTTP: a `kvsfs serve` server (see its protocol in `SyncServer`).
 /// `base` is `http(s)://host:port`, optionally followed by `/ACCOUNT`; without an account the
 /// token's own account is asked for once. 429 and 503 answers become `retryLater` with the
-/// server's Retry-After; connection failures `unreachable`; other refusals `refused`.
+/// server's Retry-After; 401 and 403 `authorizationRefused`; connection failures
+/// `unreachable`; other refusals `refused`.
 public final class HTTPRemote: Remote {
     public let description: String
     private let base: String
@@ -181,6 +182,8 @@ public final class HTTPRemote: Remote {
             case .tooManyRequests, .serviceUnavailable:
                 let after = response.headers.first(name: "Retry-After").flatMap { Int64($0) }.map { Duration.seconds($0) }
                 throw RemoteError.retryLater(after: after, "\(response.status.code) \(message)")
+            case .unauthorized, .forbidden:
+                throw RemoteError.authorizationRefused(message)
             default:
                 throw RemoteError.refused("\(response.status.code) \(message)")
             }

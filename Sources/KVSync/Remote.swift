@@ -27,8 +27,12 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
     case unreachable(String)
     /// Busy or rate-limited: retry after the time given, if any.
     case retryLater(after: Duration?, String)
-    /// The remote refused the request itself (a wrong or revoked token, a read-only one, an
-    /// unknown store): retrying does not help until something changes, so retries back off.
+    /// The server refused the token (401: unknown or revoked; 403: it does not reach the
+    /// store, or may only read it), with its reason: retrying does not help until the token
+    /// changes, so retries back off.
+    case authorizationRefused(String)
+    /// The remote refused the request itself (an unknown store, a malformed request):
+    /// retrying does not help until something changes, so retries back off.
     case refused(String)
 
     public var retryAfter: Duration? {
@@ -41,6 +45,7 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
         case .unreachable(let reason): "the remote cannot be reached: \(reason)"
         case .retryLater(let after, let reason):
             "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
+        case .authorizationRefused(let reason): "the server refused this token: \(reason)"
         case .refused(let reason): "the remote refused: \(reason)"
         }
     }

@@ -65,6 +65,8 @@ final class MountSync: Sendable {
             try waitFor(work)
         } catch let error as RemoteError where error.retryAfter != nil {
             throw FileSystemError.remoteBusy(error.description)
+        } catch RemoteError.authorizationRefused(let reason) {
+            throw FileSystemError.authorizationRefused(reason)
         } catch {
             throw FileSystemError.remoteUnreachable(String(describing: error))
         }
@@ -75,5 +77,11 @@ final class MountSync: Sendable {
         if let error = status.lastError { return "offline (\(pending) pending): \(error)" }
         if status.lastSync == nil { return "connecting (\(pending) pending)" }
         return pending == 0 ? "synced" : "pending \(pending)"
+    }
+
+    /// The error of an "offline" summary, as the engine described it; nil for other summaries.
+    static func lastError(inSummary summary: String) -> String? {
+        guard summary.hasPrefix("offline ("), let colon = summary.range(of: "): ") else { return nil }
+        return String(summary[colon.upperBound...])
     }
 }

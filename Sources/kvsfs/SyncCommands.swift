@@ -12,7 +12,7 @@ func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
 struct Sync: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Push what is pending and fetch what is new, now (synchronize()).",
-        discussion: "Returns once the remote's changes show in the mount. Fails when the remote cannot be reached.")
+        discussion: "Returns once the remote's changes show in the mount. Fails when the remote cannot be reached or refuses the mount's token.")
 
     @Argument(help: "A kvsfs mount.")
     var mountpoint: String
@@ -25,7 +25,10 @@ struct Sync: ParsableCommand {
         var answer = [UInt8](repeating: 0, count: 64)
         if SystemFunctions.getxattr(mountpoint, "user.kvsfs.synchronize", &answer, answer.count) < 0 {
             let code = errno
-            let detail = mountAttribute(mountpoint, "user.kvsfs.sync") ?? String(cString: strerror(code))
+            let summary = mountAttribute(mountpoint, "user.kvsfs.sync")
+            // EACCES: the server refused the token; the summary's error says why, without the rest.
+            let detail = code == EACCES ? summary.flatMap(MountSync.lastError(inSummary:)) ?? "the server refused this token"
+                                        : summary ?? String(cString: strerror(code))
             throw CommandFailure("sync failed (\(String(cString: strerror(code)))): \(detail)")
         }
     }

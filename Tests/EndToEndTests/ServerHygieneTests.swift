@@ -140,4 +140,23 @@ struct ServerHygieneTests {
             #expect(lines.allSatisfy { $0.hasPrefix("600 ") }, "\(result)")
         }
     }
+
+    @Test("a revoked token: kvsfs sync says the server refused it and exits 1; reading user.kvsfs.synchronize fails with EACCES")
+    func refusedToken() throws {
+        try withServer { (server, token, dir) throws in
+            let mount = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
+                                        extraArguments: ["--remote", server.url, "--token-file", dir.path + "/token"])
+            defer { mount.stop() }
+            #expect(try shell("\(kvsfsBinary) sync \(mount.mountpoint)").status == 0)
+            _ = try server.admin(["token", "revoke", token])
+            let result = try shell("""
+                \(kvsfsBinary) sync \(mount.mountpoint); echo "sync=$?"
+                getfattr -n user.kvsfs.synchronize \(mount.mountpoint); echo "getfattr=$?"
+                """)
+            #expect(result.standardOutput.contains("sync=1"), "\(result)")
+            #expect(result.standardError.contains("the server refused this token: unknown or revoked token"), "\(result)")
+            #expect(result.standardError.contains("Permission denied"), "getfattr gets EACCES: \(result)")
+            #expect(!result.standardError.contains("No route to host"), "\(result)")
+        }
+    }
 }
