@@ -2,7 +2,8 @@
 /// request. Methods run on libfuse's worker threads, several at once.
 ///
 /// A method returns its answer or throws; the thrown error becomes the reply's errno through
-/// `errno(for:)`. Names are already copied into Swift strings.
+/// `errno(for:)`. Names are already copied into Swift strings; a name that is not valid UTF-8
+/// never reaches a method (EINVAL).
 public protocol FuseFileSystem: AnyObject, Sendable {
     func lookup(parent: InodeNumber, name: String, context: RequestContext) throws -> LookupResult
     func forget(inode: InodeNumber, lookups: UInt64)

@@ -8,7 +8,7 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
     ops.lookup = { req, parent, name in
         serve(req) { fs, context in
-            switch try fs.lookup(parent: InodeNumber(parent), name: string(name), context: context) {
+            switch try fs.lookup(parent: InodeNumber(parent), name: try string(name), context: context) {
             case .found(let entry):
                 replyEntry(req, entry)
             case .notFound(let timeout):
@@ -59,7 +59,7 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
     }
     ops.create = { req, parent, name, mode, fi in
         serve(req) { fs, context in
-            let (entry, reply) = try fs.create(parent: InodeNumber(parent), name: string(name), mode: UInt32(mode),
+            let (entry, reply) = try fs.create(parent: InodeNumber(parent), name: try string(name), mode: UInt32(mode),
                                                flags: OpenFlags(rawValue: fi!.pointee.flags), context: context)
             fi!.pointee.fh = reply.handle.rawValue
             cfuse_file_info_set_open_flags(fi, reply.keepCache ? 1 : 0, reply.directIO ? 1 : 0, reply.noFlush ? 1 : 0)
@@ -101,34 +101,34 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
     }
     ops.unlink = { req, parent, name in
         serve(req) { fs, context in
-            try fs.unlink(parent: InodeNumber(parent), name: string(name), context: context)
+            try fs.unlink(parent: InodeNumber(parent), name: try string(name), context: context)
             fuse_reply_err(req, 0)
         }
     }
     ops.rename = { req, parent, name, newParent, newName, flags in
         serve(req) { fs, context in
-            try fs.rename(parent: InodeNumber(parent), name: string(name), newParent: InodeNumber(newParent),
-                          newName: string(newName), flags: RenameFlags(rawValue: flags), context: context)
+            try fs.rename(parent: InodeNumber(parent), name: try string(name), newParent: InodeNumber(newParent),
+                          newName: try string(newName), flags: RenameFlags(rawValue: flags), context: context)
             fuse_reply_err(req, 0)
         }
     }
     ops.mkdir = { req, parent, name, mode in
-        serve(req) { fs, _ in replyEntry(req, try fs.mkdir(parent: InodeNumber(parent), name: string(name), mode: UInt32(mode))) }
+        serve(req) { fs, _ in replyEntry(req, try fs.mkdir(parent: InodeNumber(parent), name: try string(name), mode: UInt32(mode))) }
     }
     ops.rmdir = { req, parent, name in
         serve(req) { fs, _ in
-            try fs.rmdir(parent: InodeNumber(parent), name: string(name))
+            try fs.rmdir(parent: InodeNumber(parent), name: try string(name))
             fuse_reply_err(req, 0)
         }
     }
     ops.mknod = { req, parent, name, mode, _ in
-        serve(req) { fs, _ in replyEntry(req, try fs.mknod(parent: InodeNumber(parent), name: string(name), mode: UInt32(mode))) }
+        serve(req) { fs, _ in replyEntry(req, try fs.mknod(parent: InodeNumber(parent), name: try string(name), mode: UInt32(mode))) }
     }
     ops.symlink = { req, target, parent, name in
-        serve(req) { fs, _ in replyEntry(req, try fs.symlink(target: string(target), parent: InodeNumber(parent), name: string(name))) }
+        serve(req) { fs, _ in replyEntry(req, try fs.symlink(target: try string(target), parent: InodeNumber(parent), name: try string(name))) }
     }
     ops.link = { req, ino, newParent, newName in
-        serve(req) { fs, _ in replyEntry(req, try fs.link(inode: InodeNumber(ino), newParent: InodeNumber(newParent), newName: string(newName))) }
+        serve(req) { fs, _ in replyEntry(req, try fs.link(inode: InodeNumber(ino), newParent: InodeNumber(newParent), newName: try string(newName))) }
     }
     ops.opendir = { req, ino, fi in
         serve(req) { fs, _ in
@@ -170,7 +170,7 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
     }
     ops.getxattr = { req, ino, name, size in
         serve(req) { fs, _ in
-            let value = try fs.getxattr(inode: InodeNumber(ino), name: string(name))
+            let value = try fs.getxattr(inode: InodeNumber(ino), name: try string(name))
             replySized(req, value, size: size)
         }
     }
@@ -183,13 +183,13 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
     ops.setxattr = { req, ino, name, value, size, flags in
         serve(req) { fs, _ in
             let bytes = value.map { [UInt8](UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            try fs.setxattr(inode: InodeNumber(ino), name: string(name), value: bytes, flags: flags)
+            try fs.setxattr(inode: InodeNumber(ino), name: try string(name), value: bytes, flags: flags)
             fuse_reply_err(req, 0)
         }
     }
     ops.removexattr = { req, ino, name in
         serve(req) { fs, _ in
-            try fs.removexattr(inode: InodeNumber(ino), name: string(name))
+            try fs.removexattr(inode: InodeNumber(ino), name: try string(name))
             fuse_reply_err(req, 0)
         }
     }
@@ -212,8 +212,14 @@ private func fileSystem(_ req: fuse_req_t!) -> any FuseFileSystem {
     Unmanaged<FileSystemBox>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue().fileSystem
 }
 
-private func string(_ pointer: UnsafePointer<CChar>?) -> String {
-    pointer.map { String(cString: $0) } ?? ""
+/// A name from the kernel as a Swift string. Names are bytes to the kernel; one that is not
+/// valid UTF-8 is refused with EINVAL rather than repaired, so that no two names ever map to
+/// the same string.
+private func string(_ pointer: UnsafePointer<CChar>?) throws -> String {
+    guard let pointer else { return "" }
+    let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(pointer).assumingMemoryBound(to: UInt8.self), count: strlen(pointer))
+    guard let name = String(validating: bytes, as: UTF8.self) else { throw Errno.invalid }
+    return name
 }
 
 private func stat(_ attributes: FileAttributes) -> stat {

@@ -28,16 +28,37 @@ public struct PushOutcome: Sendable, Equatable, Codable {
     /// Changes the remote now has (or had already, or has something newer for).
     public var accepted: [StampedChange]
     public var refused: [Refusal]
+    /// Accepted tombstones for keys the remote never had: nothing was stored for them, and the
+    /// pusher forgets them too (`KeyValueStore.forget`), so that every replica holds the same.
+    public var notStored: [StampedChange]
     /// The store's cursor before and after this push: when `cursorBefore` is where the pusher
     /// had fetched up to, every change up to `cursorAfter` is its own, and need not be fetched.
     public var cursorBefore: Int64?
     public var cursorAfter: Int64?
 
-    public init(accepted: [StampedChange] = [], refused: [Refusal] = [], cursorBefore: Int64? = nil, cursorAfter: Int64? = nil) {
+    public init(accepted: [StampedChange] = [], refused: [Refusal] = [], notStored: [StampedChange] = [],
+                cursorBefore: Int64? = nil, cursorAfter: Int64? = nil) {
         self.accepted = accepted
         self.refused = refused
+        self.notStored = notStored
         self.cursorBefore = cursorBefore
         self.cursorAfter = cursorAfter
+    }
+}
+
+extension PushOutcome {
+    private enum CodingKeys: String, CodingKey {
+        case accepted, refused, notStored, cursorBefore, cursorAfter
+    }
+
+    /// `notStored` may be missing: a server older than the field stores every tombstone.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        accepted = try container.decode([StampedChange].self, forKey: .accepted)
+        refused = try container.decode([Refusal].self, forKey: .refused)
+        notStored = try container.decodeIfPresent([StampedChange].self, forKey: .notStored) ?? []
+        cursorBefore = try container.decodeIfPresent(Int64.self, forKey: .cursorBefore)
+        cursorAfter = try container.decodeIfPresent(Int64.self, forKey: .cursorAfter)
     }
 }
 
@@ -63,11 +84,28 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
     public var cursor: Int64
     /// Whether these are all the changes after the cursor asked for.
     public var complete: Bool
+    /// Stored rows in this range that could not be read as changes (a row written outside the
+    /// rules by another program), each with why: the reader reports them and goes on past them.
+    public var unreadable: [String]
 
-    public init(changes: [StampedChange], cursor: Int64, complete: Bool) {
+    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = []) {
         self.changes = changes
         self.cursor = cursor
         self.complete = complete
+        self.unreadable = unreadable
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case changes, cursor, complete, unreadable
+    }
+
+    /// `unreadable` may be missing: a server older than the field sends none.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        changes = try container.decode([StampedChange].self, forKey: .changes)
+        cursor = try container.decode(Int64.self, forKey: .cursor)
+        complete = try container.decode(Bool.self, forKey: .complete)
+        unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
     }
 }
 

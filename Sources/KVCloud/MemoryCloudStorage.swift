@@ -13,20 +13,23 @@ public final class MemoryCloudStorage: CloudStorage {
 
     private let stores = Mutex<[String: StoreRows]>([:])
     private let id: String
+    private let admission: AdmissionPolicy
 
-    public init(identity: String = UUID().uuidString.lowercased()) {
+    public init(identity: String = UUID().uuidString.lowercased(), admission: AdmissionPolicy = .standard) {
         id = identity
+        self.admission = admission
     }
 
     public func identity() throws(CloudError) -> String { id }
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
+        let admitted = CloudLedger.admit(changes, policy: admission)
         return stores.withLock { stores in
             var rows = stores[store] ?? StoreRows()
             var current = [String: StampedChange]()
-            for change in changes { current[change.key] = rows.latest[change.key]?.change }
-            let decision = CloudLedger.decide(changes, current: current,
+            for key in admitted.keys { current[key] = rows.latest[key]?.change }
+            let decision = CloudLedger.decide(admitted, current: current,
                                               state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor))
             for (change, cursor) in decision.writes { rows.latest[change.key] = (change, cursor) }
             rows.usage = decision.state.usage

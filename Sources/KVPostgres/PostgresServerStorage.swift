@@ -25,11 +25,13 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     /// Names this instance in its notifications, so that it skips its own.
     private let instance = UUID().uuidString.lowercased()
     private let tokenCache = TokenCache()
+    private let admission: AdmissionPolicy
 
     public var accounts: any AccountStorage { self }
 
-    private init(location: PostgresLocation, logger: Logger) {
+    private init(location: PostgresLocation, logger: Logger, admission: AdmissionPolicy) {
         self.location = location
+        self.admission = admission
         self.logger = logger
         let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
         self.client = client
@@ -37,8 +39,10 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     }
 
     /// Connects to the database and creates or upgrades its tables.
-    public static func open(_ location: PostgresLocation, logger: Logger) async throws(CloudError) -> PostgresServerStorage {
-        let storage = PostgresServerStorage(location: location, logger: logger)
+    /// Pushes are admitted by `admission` (the stamp rule and its clock).
+    public static func open(_ location: PostgresLocation, logger: Logger,
+                            admission: AdmissionPolicy = .standard) async throws(CloudError) -> PostgresServerStorage {
+        let storage = PostgresServerStorage(location: location, logger: logger, admission: admission)
         do {
             try await storage.migrate()
         } catch {
@@ -110,7 +114,8 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        let keys = Array(Set(changes.map(\.key).filter { !$0.utf8.contains(0) }))  // text cannot hold NUL: refused below
+        let admitted = CloudLedger.admit(changes, policy: admission)
+        let keys = Array(admitted.keys.filter { !$0.utf8.contains(0) })  // text cannot hold NUL: refused below
         return try await run {
             try await client.withTransaction(logger: logger) { db in
                 // Round trips are what a push costs here (each one resumes the task between
@@ -127,7 +132,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                     locked = try await Self.lockState(of: store, keys: keys, db, logger)
                 }
                 guard let (state, current) = locked else { throw CloudError.unavailable("store \(store) vanished during a push") }
-                let decision = CloudLedger.decide(changes, current: current, state: state, storesNUL: false)
+                let decision = CloudLedger.decide(admitted, current: current, state: state, storesNUL: false)
                 guard !decision.writes.isEmpty else { return decision.outcome }
                 for (change, cursor) in decision.writes {
                     try await db.query("""

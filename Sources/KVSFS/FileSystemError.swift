@@ -41,7 +41,7 @@ public enum ErrnoMapping {
         switch error {
         case let error as StoreError:
             switch error {
-            case .invalidPropertyList, .emptyKey, .invalidStoreName: return EINVAL
+            case .invalidPropertyList, .emptyKey, .invalidKey, .invalidStamp, .invalidStoreName: return EINVAL
             case .readOnly: return EROFS
             case .valueTooLarge: return EFBIG
             case .storeFull: return EDQUOT

@@ -64,10 +64,10 @@ public final class SQLiteServerStorage: ServerStorage {
     private let cloud: SQLiteCloudStorage
     public let accounts: any AccountStorage
 
-    public init(path: String) throws(CloudError) {
+    public init(path: String, admission: AdmissionPolicy = .standard) throws(CloudError) {
         // It holds the token hashes: 0600, even if an older kvsfs made it readable to others.
         OwnerOnlyFile.restrict(path)
-        cloud = try SQLiteCloudStorage(path: path, readers: 4)
+        cloud = try SQLiteCloudStorage(path: path, readers: 4, admission: admission)
         do {
             accounts = try SQLiteAccountStorage(path: path)
         } catch {

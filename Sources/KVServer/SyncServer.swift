@@ -82,7 +82,10 @@ public struct SyncServer: Sendable {
             metrics.accepted.increment(by: Int64(outcome.accepted.count))
             metrics.refused.increment(by: Int64(outcome.refused.count))
             let now = Int64(Date().timeIntervalSince1970 * 1000)
-            for change in push.changes { metrics.changeDelay.record(.milliseconds(max(0, now - change.stamp.time))) }
+            for change in outcome.accepted {
+                let (delay, overflow) = now.subtractingReportingOverflow(change.stamp.time)
+                metrics.changeDelay.record(.milliseconds(overflow ? 0 : max(0, delay)))
+            }
             return try json(outcome as PushResponse)
         }
         router.get(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in

@@ -26,7 +26,12 @@ public struct ChangeStamp: Hashable, Comparable, Sendable, Codable, CustomString
 }
 
 /// A hybrid logical clock: stamps that follow physical time, never go backwards, and
-/// always exceed every stamp the device has seen.
+/// always exceed every stamp the device has seen within the stamp rule's skew.
+///
+/// Never traps: at the counter's maximum the time moves on by a millisecond, and a stamp seen
+/// from elsewhere further ahead of the physical clock than `StampRule.maximumSkew` is not
+/// adopted (a remote that is wrong about the time cannot pin every later local stamp). A write
+/// to a key whose latest stamp is ahead still gets a greater stamp: `stamp(after:)`.
 public struct HybridLogicalClock: Sendable {
     public let device: String
     public private(set) var last: ChangeStamp
@@ -36,21 +41,33 @@ public struct HybridLogicalClock: Sendable {
         self.last = last ?? ChangeStamp(time: 0, counter: 0, device: device)
     }
 
-    /// A stamp for a change made now, greater than every stamp made or seen before.
+    /// A stamp for a change made now, greater than every stamp made or adopted before.
     public mutating func stamp(physical: Int64) -> ChangeStamp {
-        if physical > last.time {
-            last = ChangeStamp(time: physical, counter: 0, device: device)
-        } else {
-            last = ChangeStamp(time: last.time, counter: last.counter + 1, device: device)
-        }
+        last = physical > last.time ? ChangeStamp(time: physical, counter: 0, device: device) : Self.successor(of: last, device: device)
         return last
     }
 
-    /// Takes in a stamp seen from elsewhere, so that later local stamps exceed it.
-    public mutating func observe(_ stamp: ChangeStamp) {
+    /// A stamp for a change made now to a key whose latest change is `previous`: greater than
+    /// both the clock's next stamp and `previous`, so a local write always replaces what it saw.
+    public mutating func stamp(physical: Int64, after previous: ChangeStamp?) -> ChangeStamp {
+        let next = stamp(physical: physical)
+        guard let previous, previous >= next else { return next }
+        return Self.successor(of: previous, device: device)
+    }
+
+    /// Takes in a stamp seen from elsewhere, so that later local stamps exceed it, unless it is
+    /// further ahead of `physical` than `maximumSkew` milliseconds.
+    public mutating func observe(_ stamp: ChangeStamp, physical: Int64, maximumSkew: Int64 = StampRule.maximumSkew) {
+        guard stamp.time <= StampRule.latestAcceptable(physical: physical, skew: maximumSkew) else { return }
         if (stamp.time, stamp.counter) > (last.time, last.counter) {
             last = ChangeStamp(time: stamp.time, counter: stamp.counter, device: device)
         }
+    }
+
+    /// The least stamp of `device` greater in time and counter than `stamp`.
+    private static func successor(of stamp: ChangeStamp, device: String) -> ChangeStamp {
+        if stamp.counter < Int32.max { return ChangeStamp(time: stamp.time, counter: stamp.counter + 1, device: device) }
+        return ChangeStamp(time: stamp.time < Int64.max ? stamp.time + 1 : stamp.time, counter: 0, device: device)
     }
 }
 

@@ -36,8 +36,10 @@ public struct QuotaLedger: Sendable {
         self.limits = limits
     }
 
+    /// Refuses a name outside the key rule (`KeyName`): empty, not in NFC, or too long.
     public func checkKeyName(_ key: String) throws(StoreError) {
         if key.isEmpty { throw .emptyKey }
+        if !KeyName.isCanonical(key) { throw .invalidKey("the name \(key.debugDescription) is not in Unicode normalization form C") }
         let bytes = key.utf8.count
         if bytes > limits.keyNameBytes { throw .keyTooLong(bytes: bytes, limit: limits.keyNameBytes) }
     }

@@ -12,6 +12,10 @@ public enum StoreError: Error, Equatable, Sendable {
     case keyTooLong(bytes: Int, limit: Int)
     /// The empty string is not a key.
     case emptyKey
+    /// A name outside the key rule (`KeyName`).
+    case invalidKey(String)
+    /// A change stamp outside the stamp rule (`StampRule`).
+    case invalidStamp(String)
     case noSuchKey(String)
     case keyExists(String)
     /// Another process has this store open.
@@ -32,6 +36,8 @@ extension StoreError: CustomStringConvertible {
         case .tooManyKeys(let limit): "the store already holds its limit of \(limit) keys"
         case .keyTooLong(let bytes, let limit): "key name of \(bytes) bytes exceeds the limit of \(limit) bytes"
         case .emptyKey: "the empty string is not a key"
+        case .invalidKey(let reason): "invalid key: \(reason)"
+        case .invalidStamp(let reason): "invalid change stamp: \(reason)"
         case .noSuchKey(let key): "no key \(key)"
         case .keyExists(let key): "key \(key) exists"
         case .storeInUse(let path): "the store \(path) is already mounted by another kvsfs process"

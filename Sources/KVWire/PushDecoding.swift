@@ -141,6 +141,7 @@ extension PushOutcome {
         for part in parts.dropFirst() {
             joined.accepted += part.accepted
             joined.refused += part.refused
+            joined.notStored += part.notStored
             if joined.cursorAfter != nil, part.cursorBefore == joined.cursorAfter {
                 joined.cursorAfter = part.cursorAfter
             } else {

@@ -4,6 +4,7 @@ import Hummingbird
 import KVCloud
 import KVPostgres
 import KVServer
+import KVStore
 import Logging
 import Synchronization
 
@@ -30,11 +31,11 @@ struct DatabaseOptions: ParsableArguments {
         database.hasPrefix("sqlite:///") ? String(database.dropFirst("sqlite://".count)) : nil
     }
 
-    /// Opens the database (creating its tables when new).
-    func open(logger: Logger) async throws -> any ServerStorage {
+    /// Opens the database (creating its tables when new); pushes are admitted by `admission`.
+    func open(logger: Logger, admission: AdmissionPolicy = .standard) async throws -> any ServerStorage {
         do {
-            if let path = sqlitePath { return try SQLiteServerStorage(path: path) }
-            return try await PostgresServerStorage.open(try PostgresLocation(url: database), logger: logger)
+            if let path = sqlitePath { return try SQLiteServerStorage(path: path, admission: admission) }
+            return try await PostgresServerStorage.open(try PostgresLocation(url: database), logger: logger, admission: admission)
         } catch let error as CloudError {
             guard case .unavailable(let reason) = error else { throw CommandFailure(error.description) }
             throw CommandFailure("cannot open the database: \(reason)")
@@ -72,6 +73,11 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Requests per second per token, in bursts of twice that (0: no limit).")
     var rateLimit: Double = 1000
 
+    @Option(name: .customLong("max-clock-skew"), help: ArgumentHelp(
+        "How many seconds ahead of this server's clock a pushed change's stamp may be.",
+        discussion: "A change stamped further ahead is refused with its reason, as a quota refusal is."))
+    var maxClockSkew: Int = Int(StampRule.maximumSkew / 1000)
+
     @Option(name: .customLong("idle-timeout"), help: ArgumentHelp(
         "Close a connection that sends no whole request for this many seconds.",
         discussion: "Long polls and event streams, whose requests have arrived, are not cut."))
@@ -87,6 +93,7 @@ struct Serve: ParsableCommand {
         guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 or more") }
         guard idleTimeout > 0, idleTimeout <= 86_400 else { throw ValidationError("--idle-timeout must be more than 0 and at most 86400 seconds") }
+        guard (0...86_400).contains(maxClockSkew) else { throw ValidationError("--max-clock-skew must be 0 to 86400 seconds") }
         guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
     }
 
@@ -102,9 +109,10 @@ struct Serve: ParsableCommand {
         logger.logLevel = .info
         let (host, port) = address!
         let certificate = tlsCertificate.map { ServerCertificate(certificatePath: $0, keyPath: tlsKey!) }
+        let admission = AdmissionPolicy(stamps: StampRule(skew: Int64(maxClockSkew) * 1000))
         let idleTimeout = Duration.milliseconds(max(1, Int64((idleTimeout * 1000).rounded())))
         try waitFor { [database, rateLimit, logger] in
-            let storage = try await database.open(logger: logger)
+            let storage = try await database.open(logger: logger, admission: admission)
             let server = SyncServer(storage: storage, rateLimit: rateLimit)
             let app: any ApplicationProtocol
             do {
