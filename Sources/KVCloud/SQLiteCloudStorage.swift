@@ -10,10 +10,13 @@ import KVStore
 /// `cloudSetting` (the remote's identity).
 public final class SQLiteCloudStorage: CloudStorage {
     private let database: DatabasePool
+    private let admission: AdmissionPolicy
 
     /// Opens (creating if needed) the database at `path`, with at most `readers` connections
-    /// reading at once (a mount needs few; a server's requests read in parallel).
-    public init(path: String, readers: Int = 2) throws(CloudError) {
+    /// reading at once (a mount needs few; a server's requests read in parallel). Pushes are
+    /// admitted by `admission` (the stamp rule and its clock).
+    public init(path: String, readers: Int = 2, admission: AdmissionPolicy = .standard) throws(CloudError) {
+        self.admission = admission
         do {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
@@ -71,23 +74,25 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        return try run { try self.database.write { db in try Self.push(changes, to: store, db) } }
+        let admitted = CloudLedger.admit(changes, policy: admission)
+        return try run { try self.database.write { db in try Self.push(admitted, to: store, db) } }
     }
 
     /// The same push, suspending the caller while it waits for the writer instead of blocking
     /// its thread: for a server, whose request tasks share as few threads as there are cores.
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
+        let admitted = CloudLedger.admit(changes, policy: admission)
         do {
-            return try await database.write { db in try Self.push(changes, to: store, db) }
+            return try await database.write { db in try Self.push(admitted, to: store, db) }
         } catch {
             throw .unavailable(String(describing: error))
         }
     }
 
-    private static func push(_ changes: [StampedChange], to store: String, _ db: Database) throws -> PushOutcome {
+    private static func push(_ admission: Admission, to store: String, _ db: Database) throws -> PushOutcome {
         let table = try Table(db: db, store: store)
-        let decision = CloudLedger.decide(changes, current: try table.current(Set(changes.map(\.key))), state: table.state)
+        let decision = CloudLedger.decide(admission, current: try table.current(admission.keys), state: table.state)
         try table.apply(decision)
         return decision.outcome
     }
@@ -101,9 +106,17 @@ public final class SQLiteCloudStorage: CloudStorage {
                     SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
                     """), arguments: [store, cursor, limit + 1])
-                let changes = rows.prefix(limit).map(Self.change)
-                let last = rows.prefix(limit).last.map { $0["cursor"] as Int64 } ?? cursor
-                return ChangeBatch(changes: changes, cursor: last, complete: rows.count <= limit)
+                var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit)
+                for row in rows.prefix(limit) {
+                    batch.cursor = try row.decode(forColumn: "cursor")
+                    do {
+                        batch.changes.append(try Self.change(row))
+                    } catch {
+                        // Passed on, not dropped: the reader reports it and goes on past it.
+                        batch.unreadable.append("the row at cursor \(batch.cursor) cannot be read: \(error)")
+                    }
+                }
+                return batch
             }
         }
     }
@@ -142,10 +155,26 @@ public final class SQLiteCloudStorage: CloudStorage {
         }
     }
 
-    private static func change(_ row: Row) -> StampedChange {
-        StampedChange(
-            key: String(decoding: row["key"] as Data, as: UTF8.self), value: row["value"], type: (row["type"] as String?).flatMap(ValueType.init(rawValue:)),
-            stamp: ChangeStamp(time: row["time"], counter: row["counter"], device: row["device"]))
+    /// A stored change as it was written, or a refusal to read it: a row that any process (or
+    /// an older kvsfs) may have written is read with checks, never trusted to have its types.
+    private static func change(_ row: Row) throws -> StampedChange {
+        let keyBytes: Data = try row.decode(forColumn: "key")
+        guard let key = String(validating: keyBytes, as: UTF8.self) else { throw UnreadableRow("its key is not UTF-8") }
+        let typeName: String? = try row.decode(forColumn: "type")
+        let type = try typeName.map { name in
+            guard let type = ValueType(rawValue: name) else { throw UnreadableRow("its type \(name.debugDescription) is unknown") }
+            return type
+        }
+        let deviceBytes: Data = try row.decode(forColumn: "device")
+        guard let device = String(validating: deviceBytes, as: UTF8.self) else { throw UnreadableRow("its device id is not UTF-8") }
+        return StampedChange(
+            key: key, value: try row.decode(forColumn: "value"), type: type,
+            stamp: ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"), device: device))
+    }
+
+    private struct UnreadableRow: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
     }
 
     /// One store's rows inside a write transaction; the store's row is created on first use.
@@ -162,16 +191,21 @@ public final class SQLiteCloudStorage: CloudStorage {
                 INSERT OR IGNORE INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
                 VALUES (?, 0, 0, 0, ?, ?, ?, ?)
                 """).execute(arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
-            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM cloudStore WHERE id = ?"), arguments: [store])!
-            state = CloudStoreState(limits: Self.limits(row), usage: QuotaUsage(bytes: row["bytes"], keys: row["keys"]), cursor: row["cursor"])
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM cloudStore WHERE id = ?"), arguments: [store]) else {
+                throw UnreadableRow("store \(store) has no row")
+            }
+            state = CloudStoreState(limits: try Self.limits(row),
+                                    usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
+                                    cursor: try row.decode(forColumn: "cursor"))
         }
 
-        static func limits(_ row: Row) -> QuotaLimits {
-            QuotaLimits(totalBytes: row["totalBytes"], valueBytes: row["valueBytes"], keys: row["maxKeys"], keyNameBytes: row["keyNameBytes"])
+        static func limits(_ row: Row) throws -> QuotaLimits {
+            QuotaLimits(totalBytes: try row.decode(forColumn: "totalBytes"), valueBytes: try row.decode(forColumn: "valueBytes"),
+                        keys: try row.decode(forColumn: "maxKeys"), keyNameBytes: try row.decode(forColumn: "keyNameBytes"))
         }
 
         static func limits(db: Database, store: String) throws -> QuotaLimits? {
-            try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store]).map(limits)
+            try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store]).map { try limits($0) }
         }
 
         /// The stored latest change of each of `keys` that has one.
@@ -183,7 +217,7 @@ public final class SQLiteCloudStorage: CloudStorage {
             var rows = [String: StampedChange]()
             for key in keys {
                 // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
-                if let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) { rows[key] = SQLiteCloudStorage.change(row) }
+                if let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) { rows[key] = try SQLiteCloudStorage.change(row) }
             }
             return rows
         }

@@ -219,11 +219,17 @@ public final class SQLiteAccountStorage: AccountStorage {
         try run {
             try self.database.read { db in
                 try Row.fetchAll(db, sql: "SELECT * FROM token WHERE account = ? ORDER BY createdAt", arguments: [account]).map { row in
-                    TokenInfo(id: row["id"], scope: TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"]),
-                              createdAt: row["createdAt"], revoked: (row["revokedAt"] as Date?) != nil)
+                    TokenInfo(id: try row.decode(forColumn: "id"), scope: try Self.scope(row), createdAt: try row.decode(forColumn: "createdAt"),
+                              revoked: try row.decode(Date?.self, forColumn: "revokedAt") != nil)
                 }
             }
         }
+    }
+
+    /// A token row's scope, its columns' types checked.
+    private static func scope(_ row: Row) throws -> TokenScope {
+        TokenScope(account: try row.decode(forColumn: "account"), store: try row.decode(forColumn: "store"),
+                   readOnly: try row.decode(forColumn: "readOnly"))
     }
 
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
@@ -231,9 +237,8 @@ public final class SQLiteAccountStorage: AccountStorage {
             // Checked on every request: one statement, no transaction around it.
             try self.database.unsafeRead { db in
                 try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL"), arguments: [id]).map { row in
-                    TokenRecord(id: row["id"], secretHash: row["secretHash"],
-                                scope: TokenScope(account: row["account"], store: row["store"], readOnly: row["readOnly"]),
-                                createdAt: row["createdAt"])
+                    TokenRecord(id: try row.decode(forColumn: "id"), secretHash: try row.decode(forColumn: "secretHash"),
+                                scope: try Self.scope(row), createdAt: try row.decode(forColumn: "createdAt"))
                 }
             }
         }

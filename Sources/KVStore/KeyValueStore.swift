@@ -33,6 +33,8 @@ public final class KeyValueStore: Sendable {
         var clock: HybridLogicalClock
         /// Commits not yet in the database; every write to the database takes them along first.
         let journal: ChangeJournal
+        /// Journaled rows the database refused, kept rather than dropped (`quarantined`).
+        let quarantine: ChangeJournal
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
     }
 
@@ -71,18 +73,20 @@ public final class KeyValueStore: Sendable {
             try StoreSchema.migrator.migrate(database)
             // Opened once the database is ours (exclusive locking): nobody else replays it.
             let journal = try ChangeJournal(path: path + ".changes")
+            let quarantine = try ChangeJournal(path: path + ".quarantine")
             let (loaded, device) = try database.write { db -> (State, String) in
-                try Self.record(journaled: journal.pending, db)
+                try Self.record(journaled: journal.pending, quarantine: quarantine, db)
                 if let limits { try Self.saveLimits(limits, db) }
                 let device = try Self.deviceID(db)
                 let records = try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection)
                 var entries = [String: Entry](minimumCapacity: records.count)
                 var changes = [String: ChangeMeta](minimumCapacity: records.count)
+                let physical = milliseconds(clock())
                 var clock = HybridLogicalClock(device: device)
                 for record in records {
                     entries[record.key] = Entry(record)
                     changes[record.key] = ChangeMeta(stamp: record.stamp, syncState: record.syncState)
-                    clock.observe(record.stamp)
+                    clock.observe(record.stamp, physical: physical)
                 }
                 let state = State(
                     entries: entries,
@@ -91,7 +95,8 @@ public final class KeyValueStore: Sendable {
                     usedBytes: entries.values.reduce(0) { $0 + $1.size },
                     lastSequence: records.map(\.sequence).max() ?? 0,
                     clock: clock,
-                    journal: journal)
+                    journal: journal,
+                    quarantine: quarantine)
                 return (state, device)
             }
             journal.clear()
@@ -121,11 +126,12 @@ public final class KeyValueStore: Sendable {
         state.withLock { $0.entries.keys.sorted() }
     }
 
-    /// Sets `key` to `value`. Writing a value equal to the stored one changes nothing.
+    /// Sets `key` to `value`. Writing a value equal to the stored one changes nothing. Returns
+    /// the key's entry as it stands after the put: nil when another change removed it since.
     @discardableResult
-    public func put(_ value: PropertyListValue, forKey key: String) throws(StoreError) -> Entry {
+    public func put(_ value: PropertyListValue, forKey key: String) throws(StoreError) -> Entry? {
         try apply([.put(key, value)])
-        return entry(forKey: key)!
+        return entry(forKey: key)
     }
 
     public func removeValue(forKey key: String) throws(StoreError) {
@@ -188,7 +194,7 @@ public final class KeyValueStore: Sendable {
             var clock = state.clock
             let physical = milliseconds(now())
             let stamped = edits.sorted(by: { $0.key < $1.key }).map { key, new in
-                let stamp = clock.stamp(physical: physical)
+                let stamp = clock.stamp(physical: physical, after: state.changes[key]?.stamp)
                 let entry = new.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
                 return (key, entry, stamp)
             }
@@ -285,6 +291,24 @@ public final class KeyValueStore: Sendable {
         }
     }
 
+    /// Forgets tombstones the remote accepted without storing (it never had their keys), unless
+    /// the key changed again since: the store then holds no row for the key, as the remote.
+    public func forget(_ tombstones: [StampedChange]) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            let forgotten = tombstones.filter { $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp }
+            guard !forgotten.isEmpty else { return }
+            try write(&state) { db in
+                let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
+                for change in forgotten {
+                    let row = DirectBinding(delete)
+                    row.bind(1, change.key)
+                    try row.run(in: db)
+                }
+            }
+            for change in forgotten { state.changes[change.key] = nil }
+        }
+    }
+
     private func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
         try write(&state) { db in
@@ -328,15 +352,21 @@ public final class KeyValueStore: Sendable {
             for row in rows { bytes += (row.entry?.size ?? 0) - (state.entries[row.key]?.size ?? 0) }
             try commit(rows, in: &state)
             state.usedBytes = bytes
-            for row in rows { state.clock.observe(row.stamp) }
+            let physical = milliseconds(now())
+            for row in rows { state.clock.observe(row.stamp, physical: physical) }
             try markSynced(confirmed.map(\.key), in: &state)
             return changed
         }
     }
 
-    /// A setting kept with the store (the sync cursor, the remote's identity).
-    public func setting(_ name: String) -> String? {
-        try? database.read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) }
+    /// A setting kept with the store (the sync cursor, the remote's identity); nil when never
+    /// set. A failure to read is thrown, never taken for "never set".
+    public func setting(_ name: String) throws(StoreError) -> String? {
+        do {
+            return try database.read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) }
+        } catch {
+            throw .database(String(describing: error))
+        }
     }
 
     public func setSetting(_ name: String, to value: String?) throws(StoreError) {
@@ -416,11 +446,12 @@ public final class KeyValueStore: Sendable {
     /// COMMIT are cached statements: GRDB's `write` prepares them anew each time.
     private func write(_ state: inout State, _ updates: (Database) throws -> Void) throws(StoreError) {
         let journaled = state.journal.pending
+        let quarantine = state.quarantine
         do {
             try database.writeWithoutTransaction { db in
                 try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
                 do {
-                    try Self.record(journaled: journaled, db)
+                    try Self.record(journaled: journaled, quarantine: quarantine, db)
                     try updates(db)
                     try db.cachedStatement(sql: "COMMIT").execute()
                 } catch {
@@ -435,17 +466,29 @@ public final class KeyValueStore: Sendable {
         if !journaled.isEmpty { state.journal.clear() }
     }
 
-    /// Writes the journal's rows. A row the schema refuses is skipped rather than left to keep
-    /// the journal from ever emptying (and the store from opening). The rules the schema checks
-    /// hold for every change a commit takes (local keys are checked, and remotes check theirs),
-    /// so this guards against the two ever disagreeing, as SQLite's length() and NUL once did.
-    private static func record(journaled rows: [ChangeJournal.Row], _ db: Database) throws {
+    /// Writes the journal's rows. A row the schema refuses goes to `quarantine` (before the
+    /// transaction commits) rather than being left to keep the journal from ever emptying and
+    /// the store from opening, or being dropped. The rules the schema checks hold for every
+    /// change a commit takes (local keys are checked, and remotes check theirs), so this guards
+    /// against the two ever disagreeing, as SQLite's length() and NUL once did.
+    private static func record(journaled rows: [ChangeJournal.Row], quarantine: ChangeJournal, _ db: Database) throws {
+        var refused = [ChangeJournal.Row]()
         for row in rows {
             do {
                 try record(row, db)
             } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
-                continue
+                refused.append(row)
             }
+        }
+        if !refused.isEmpty { try quarantine.append(refused) }
+    }
+
+    /// Committed changes the database refused to take from the journal, oldest first: kept in
+    /// `PATH.quarantine` (the journal's format) instead of being dropped, for the daemon to
+    /// report; they are not in the store.
+    public var quarantined: [StampedChange] {
+        state.withLock { state in
+            state.quarantine.pending.map { Self.stampedChange($0.key, $0.stamp, $0.entry) }
         }
     }
 

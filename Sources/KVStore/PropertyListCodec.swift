@@ -175,6 +175,9 @@ public enum PropertyListCodec {
     /// Escapes XML markup; refuses characters that XML 1.0 cannot carry, so that every stored
     /// value reads back as exactly the value that was written.
     private static func appendEscaped(_ text: String, to out: inout [UInt8]) throws(StoreError) {
+        // The two bytes before this one, for the noncharacters U+FFFE and U+FFFF (EF BF BE/BF),
+        // which XML 1.0 cannot carry either.
+        var before: (UInt8, UInt8) = (0, 0)
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "&"): out.append(contentsOf: "&amp;".utf8)
@@ -183,8 +186,11 @@ public enum PropertyListCodec {
             case UInt8(ascii: "\t"), UInt8(ascii: "\n"): out.append(byte)
             case 0..<0x20:
                 throw .invalidPropertyList("a string holds control character 0x\(String(byte, radix: 16)), which an XML property list cannot carry")
+            case 0xBE where before == (0xEF, 0xBF), 0xBF where before == (0xEF, 0xBF):
+                throw .invalidPropertyList("a string holds U+FFF\(byte == 0xBE ? "E" : "F"), which an XML property list cannot carry")
             default: out.append(byte)
             }
+            before = (before.1, byte)
         }
     }
 

@@ -26,18 +26,22 @@ public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
         """
 
     /// A row of `selection`.
+    /// Every column is read with its type checked: a row of the wrong type is an error, never
+    /// a trap.
     public init(row: Row) throws {
-        key = String(decoding: row["key"] as Data, as: UTF8.self)
-        value = row["value"]
-        type = try (row["type"] as String?).map { text in
+        let keyBytes: Data = try row.decode(forColumn: "key")
+        guard let key = String(validating: keyBytes, as: UTF8.self) else { throw DatabaseError(message: "a key is not UTF-8") }
+        self.key = key
+        value = try row.decode(forColumn: "value")
+        type = try (row.decode(String?.self, forColumn: "type")).map { text in
             guard let type = ValueType(rawValue: text) else { throw DatabaseError(message: "unknown value type \(text)") }
             return type
         }
-        modifiedAt = row["modifiedAt"]
-        sequence = row["sequence"]
-        counter = row["counter"]
-        device = row["device"]
-        guard let state = SyncState(rawValue: row["syncState"]) else { throw DatabaseError(message: "unknown sync state") }
+        modifiedAt = try row.decode(forColumn: "modifiedAt")
+        sequence = try row.decode(forColumn: "sequence")
+        counter = try row.decode(forColumn: "counter")
+        device = try row.decode(forColumn: "device")
+        guard let state = SyncState(rawValue: try row.decode(forColumn: "syncState")) else { throw DatabaseError(message: "unknown sync state") }
         syncState = state
     }
 }

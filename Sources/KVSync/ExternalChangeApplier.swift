@@ -1,9 +1,10 @@
 import Foundation
 import KVStore
 
-/// Takes remote changes into the local store. Returns the keys whose value changed.
+/// Takes remote changes into the local store. Returns the keys whose value changed; throws
+/// when a change could not be taken in, so that the caller fetches and applies it again.
 public protocol ExternalChangeApplying: Sendable {
-    func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async -> [String]
+    func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String]
 }
 
 /// Applies straight to the store: for a store that is not mounted (and in tests).
@@ -14,8 +15,8 @@ public struct StoreApplier: ExternalChangeApplying {
         self.store = store
     }
 
-    public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async -> [String] {
-        (try? store.applyExternal(changes, mode: mode)) ?? []
+    public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String] {
+        try store.applyExternal(changes, mode: mode)
     }
 }
 
@@ -51,19 +52,22 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
         thread.start()
     }
 
-    public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async -> [String] {
-        await withCheckedContinuation { continuation in
-            jobs.enqueue { continuation.resume(returning: self.applyNow(changes, mode: mode)) }
+    public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String] {
+        try await withCheckedThrowingContinuation { continuation in
+            jobs.enqueue { continuation.resume(with: Result { try self.applyNow(changes, mode: mode) }) }
         }
     }
 
-    private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) -> [String] {
+    /// Applies every change it can; the first store failure is thrown after the rest were
+    /// tried (each applied change is in the store, and applying one again changes nothing).
+    private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) throws -> [String] {
         root = openMountRoot()
         defer {
             if root >= 0 { close(root) }
             root = -1
         }
         var changed = [String]()
+        var failure: StoreError?
         for change in changes {
             if mode == .merge, !store.accepts(change) { continue }
             let before = store.entry(forKey: change.key)?.xml
@@ -76,10 +80,15 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
             }
             registry.end(change.key)
             if store.allChanges(forKey: change.key)?.stamp != change.stamp {
-                _ = try? store.applyExternal([change], mode: mode)
+                do {
+                    try store.applyExternal([change], mode: mode)
+                } catch {
+                    failure = failure ?? error
+                }
             }
             if store.entry(forKey: change.key)?.xml != before { changed.append(change.key) }
         }
+        if let failure { throw failure }
         return changed
     }
 

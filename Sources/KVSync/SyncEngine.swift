@@ -43,7 +43,9 @@ public final class SyncEngine: Sendable {
         self.applier = applier
         self.onEvent = onEvent
         self.debounce = debounce
-        knownRemoteCursor = Atomic(store.setting(Self.cursorSetting).flatMap { Int64($0) } ?? 0)
+        // Only where the watch starts: a cursor that cannot be read here is read again (and its
+        // failure met) by the first round.
+        knownRemoteCursor = Atomic((try? store.setting(Self.cursorSetting)).flatMap { $0.flatMap { Int64($0) } } ?? 0)
     }
 
     static let cursorSetting = "sync.cursor"
@@ -88,7 +90,9 @@ public final class SyncEngine: Sendable {
             if pending.isEmpty {
                 _ = try await remote.identity()  // reachable?
             } else {
-                try store.markPushed(try await remote.push(pending).accepted)
+                let outcome = try await remote.push(pending)
+                try store.markPushed(outcome.accepted)
+                try store.forget(outcome.notStored)
             }
         } catch {
             state.withLock { $0.lastError = String(describing: error) }
@@ -177,7 +181,7 @@ public final class SyncEngine: Sendable {
         let identity = try await remote.identity()
         store.setReadOnly(try await remote.readOnlyReason())
         lastAccountCheck.withLock { $0 = ContinuousClock.now }
-        let recorded = store.setting(Self.remoteSetting)
+        let recorded = try store.setting(Self.remoteSetting)
         guard recorded != identity else { return }
         if recorded != nil {
             try await replaceWithAccount(identity)
@@ -191,7 +195,7 @@ public final class SyncEngine: Sendable {
         var remoteChanges = [String: StampedChange]()
         while true {
             let batch = try await remote.fetch(after: cursor)
-            for change in batch.changes { remoteChanges[change.key] = change }
+            for change in admit(batch) { remoteChanges[change.key] = change }
             cursor = batch.cursor
             if batch.complete { break }
         }
@@ -199,7 +203,7 @@ public final class SyncEngine: Sendable {
         for local in store.allChanges() where remoteChanges[local.key] == nil && !local.isTombstone {
             replacements.append(.tombstone(local.key, stamp: local.stamp))
         }
-        let changed = await applier.apply(replacements, mode: .replace)
+        let changed = try await apply(replacements, mode: .replace)
         try store.setSetting(Self.remoteSetting, to: identity)
         try store.setSetting(Self.cursorSetting, to: String(cursor))
         knownRemoteCursor.store(cursor, ordering: .relaxed)
@@ -212,6 +216,7 @@ public final class SyncEngine: Sendable {
         guard !pending.isEmpty else { return }
         let outcome = try await remote.push(pending)
         try store.markPushed(outcome.accepted)
+        try store.forget(outcome.notStored)
         // Nobody else pushed since our last fetch: what the push added is ours, skip fetching it.
         if let before = outcome.cursorBefore, let after = outcome.cursorAfter, after > before,
            before == knownRemoteCursor.load(ordering: .relaxed) {
@@ -221,16 +226,39 @@ public final class SyncEngine: Sendable {
         guard !outcome.refused.isEmpty else { return }
         // Roll each refused change back to what the remote holds (or to nothing).
         let rollbacks = outcome.refused.map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
-        let changed = await applier.apply(rollbacks, mode: .rollback)
+        _ = try await apply(rollbacks, mode: .rollback)
         let message = outcome.refused.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
         onEvent(SyncEvent(reason: .quotaViolation, keys: outcome.refused.map(\.change.key).sorted(), message: message))
-        _ = changed
+    }
+
+    /// Applies through the applier; a failure is reported (an `apply-failed` event) and thrown,
+    /// so that the round ends before anything records the changes as taken in.
+    private func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String] {
+        do {
+            return try await applier.apply(changes, mode: mode)
+        } catch {
+            onEvent(SyncEvent(reason: .applyFailed, keys: changes.map(\.key).sorted(), message: String(describing: error)))
+            throw error
+        }
+    }
+
+    /// The changes of a fetched batch that meet the change rule, in the form the store keeps.
+    /// Each one that does not is reported (an event with the reason) and passed over: the
+    /// remote holds it as it is, so fetching it again would give the same.
+    private func admit(_ batch: ChangeBatch) -> [StampedChange] {
+        let admission = CloudLedger.admit(batch.changes, policy: .fetched)
+        if !admission.refused.isEmpty || !batch.unreadable.isEmpty {
+            let reasons = admission.refused.map { "\($0.change.key.debugDescription): \($0.reason)" } + batch.unreadable
+            onEvent(SyncEvent(reason: .refusedRemoteChange, keys: admission.refused.map(\.change.key).sorted(),
+                              message: reasons.joined(separator: "; ")))
+        }
+        return admission.changes
     }
 
     /// Fetches and applies what the remote accepted since the cursor. The very first fetch
     /// into this store is the initial sync.
     private func pull() async throws {
-        let stored = store.setting(Self.cursorSetting).flatMap { Int64($0) }
+        let stored = try store.setting(Self.cursorSetting).flatMap { Int64($0) }
         let reason: SyncEvent.Reason = stored == nil ? .initialSync : .serverChange
         var cursor = stored ?? 0
         var recorded = stored != nil
@@ -238,11 +266,13 @@ public final class SyncEngine: Sendable {
             let batch = try await remote.fetch(after: cursor)
             var newer = [StampedChange]()
             var confirmations = [StampedChange]()
-            for change in batch.changes {
+            for change in admit(batch) {
                 if store.accepts(change) { newer.append(change) } else { confirmations.append(change) }
             }
             if !confirmations.isEmpty { try store.applyExternal(confirmations) }
-            let changed = newer.isEmpty ? [] : await applier.apply(newer, mode: .merge)
+            // A failure leaves the cursor where it was: the round fails, and the next one
+            // (after backoff) fetches and applies these changes again.
+            let changed = newer.isEmpty ? [] : try await apply(newer, mode: .merge)
             if batch.cursor != cursor || !recorded {
                 try store.setSetting(Self.cursorSetting, to: String(batch.cursor))
                 recorded = true

@@ -12,12 +12,18 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         case quotaViolation = "quota-violation"
         /// The remote's account changed; local values were replaced by the new account's.
         case accountChange = "account-change"
+        /// A change fetched from the remote broke the change rule (its key, stamp or value) and
+        /// was not applied; `message` says why. Retrying cannot mend it, so sync goes on past it.
+        case refusedRemoteChange = "refused-remote-change"
+        /// Remote changes could not be taken into the local store (`message` says why): they
+        /// are fetched and applied again on the next round, after a backoff.
+        case applyFailed = "apply-failed"
     }
 
     public var time: Date
     public var reason: Reason
     public var keys: [String]
-    /// For a quota violation: what the remote said.
+    /// For a quota violation: what the remote said; for a refused remote change: why.
     public var message: String?
 
     public init(time: Date = Date(), reason: Reason, keys: [String], message: String? = nil) {

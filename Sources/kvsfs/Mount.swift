@@ -74,6 +74,10 @@ struct Mount: ParsableCommand {
             throw CommandFailure("store '\(store.storeID)' in \(dataDirectory.path) is already mounted by another kvsfs process")
         }
         let keyValueStore = try KeyValueStore(path: location.databasePath)
+        for change in keyValueStore.quarantined {
+            FileHandleOutput.standardError.write(
+                "kvsfs: a committed change to \(change.key.debugDescription) (\(change.stamp)) was refused by the database and kept in \(location.databasePath).quarantine\n")
+        }
         let newLimits = requestedLimits(over: keyValueStore.limits)
         if let newLimits { try keyValueStore.setLimits(newLimits) }
 

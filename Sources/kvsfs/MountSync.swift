@@ -40,13 +40,24 @@ final class MountSync: Sendable {
             throw CommandFailure("cannot open the event log \(eventLogPath): \(error.localizedDescription)")
         }
         let registry = ExternalChangeRegistry()
+        let waits = RemoteWaits()
         let applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store, registry: registry)
-        let engine = SyncEngine(store: store, remote: remote, applier: applier) { event in events.append(event) }
+        let engine = SyncEngine(store: store, remote: remote, applier: applier) { event in
+            events.append(event)
+            switch event.reason {
+            case .refusedRemoteChange:
+                FileHandleOutput.standardError.write("kvsfs: a change from the remote was refused: \(event.message ?? "")\n")
+            case .applyFailed:
+                FileHandleOutput.standardError.write("kvsfs: remote changes to \(event.keys) could not be applied, retrying: \(event.message ?? "")\n")
+            default:
+                break
+            }
+        }
         self.engine = engine
         hooks = SyncHooks(
             externalChanges: registry,
-            synchronize: { try MountSync.wait { try await engine.synchronize() } },
-            pushNow: { try MountSync.wait { try await engine.pushNow() } },
+            synchronize: { [waits] in try MountSync.wait(in: waits) { try await engine.synchronize() } },
+            pushNow: { [waits] in try MountSync.wait(in: waits) { try await engine.pushNow() } },
             rootAttributes: {
                 [
                     "user.kvsfs.events": events.path,
@@ -59,10 +70,13 @@ final class MountSync: Sendable {
     func start() { engine.start() }
     func stop() { engine.stop() }
 
-    /// Runs `work` from a FUSE request thread, waiting for it; errors become the file system's.
-    private static func wait(for work: @escaping @Sendable () async throws -> Void) throws {
+    /// Runs `work` from a FUSE request thread, waiting for it within `waits`' bounds; errors
+    /// become the file system's.
+    private static func wait(in waits: RemoteWaits, for work: @escaping @Sendable () async throws -> Void) throws {
         do {
-            try waitFor(work)
+            try waits.run(work)
+        } catch let error as FileSystemError {
+            throw error
         } catch let error as RemoteError where error.retryAfter != nil {
             throw FileSystemError.remoteBusy(error.description)
         } catch RemoteError.authorizationRefused(let reason) {

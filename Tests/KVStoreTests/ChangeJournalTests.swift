@@ -128,7 +128,7 @@ struct ChangeJournalTests {
         }
     }
 
-    @Test("a journaled row the database refuses is skipped: the store still opens with every other change")
+    @Test("a journaled row the database refuses is quarantined, not dropped: the store still opens with every other change")
     func refusedRowSkipped() throws {
         try withTemporaryDirectory { dir in
             let store = try makeStore(in: dir)
@@ -140,6 +140,8 @@ struct ChangeJournalTests {
             let recovered = try crashImage(of: dir.path, in: dir.subdirectory("crash")) { $0 += ChangeJournal.encodeRecord(rows) }
             #expect(recovered.keys() == ["a", "b"])
             #expect(try recovered.changes().map(\.key) == ["a", "b"])
+            #expect(recovered.quarantined.map(\.key) == [""], "the refused row is kept where it can be seen")
+            #expect(recovered.quarantined.first?.value == Data("<string>x</string>".utf8))
         }
     }
 }

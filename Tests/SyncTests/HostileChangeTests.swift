@@ -1,0 +1,270 @@
+import Foundation
+import GRDB
+import KVCloud
+import KVStore
+import KVSync
+import KVTestSupport
+import Synchronization
+import Testing
+
+/// Changes from elsewhere that break the change rule (stamps, keys, values): a replica refuses
+/// them with a reason, keeps the rest, and its clock is never pinned or overflowed by them.
+@Suite("Hostile changes", .timeLimit(.minutes(1)))
+struct HostileChangeTests {
+    /// 2026-11-22T00:00:00Z: the fixed clock the remotes below measure skew against.
+    static let now: Int64 = 1_795_305_600_000
+    static let tenYears: Int64 = 10 * 365 * 86_400_000
+
+    private static func remoteStorage() -> MemoryCloudStorage {
+        MemoryCloudStorage(admission: AdmissionPolicy(now: { HostileChangeTests.now }))
+    }
+
+    @Test("the clock never traps: at the counter's maximum it moves time on, and a stamp far ahead is not adopted")
+    func clockBounds() {
+        var clock = HybridLogicalClock(device: "a", last: ChangeStamp(time: 1000, counter: .max, device: "a"))
+        let next = clock.stamp(physical: 1000)
+        #expect(next == ChangeStamp(time: 1001, counter: 0, device: "a"))
+
+        var pinned = HybridLogicalClock(device: "a")
+        pinned.observe(ChangeStamp(time: 1 << 62, counter: .max, device: "evil"), physical: Self.now)
+        pinned.observe(ChangeStamp(time: Self.now + Self.tenYears, counter: 0, device: "evil"), physical: Self.now)
+        #expect(pinned.stamp(physical: Self.now + 1).time == Self.now + 1, "stamps beyond the skew are not adopted")
+        pinned.observe(ChangeStamp(time: Self.now + 60_000, counter: 3, device: "b"), physical: Self.now)
+        #expect(pinned.stamp(physical: Self.now + 2) > ChangeStamp(time: Self.now + 60_000, counter: 3, device: "b"),
+                "a stamp within the skew is adopted")
+
+        // A write to a key whose latest change is ahead still replaces it.
+        var writer = HybridLogicalClock(device: "a")
+        let ahead = ChangeStamp(time: Self.now + Self.tenYears, counter: .max, device: "zz")
+        let stamp = writer.stamp(physical: Self.now, after: ahead)
+        #expect(stamp > ahead && stamp.device == "a")
+        #expect(writer.stamp(physical: Self.now + 5).time == Self.now + 5, "and the clock itself stays on time")
+    }
+
+    @Test("the stamp rule: time in range and within the skew, a non-negative counter, a plain device id")
+    func stampRule() throws {
+        let rule = StampRule()
+        try rule.check(ChangeStamp(time: Self.now + 299_000, counter: 0, device: "device-1.x:y_z"), now: Self.now)
+        let refused: [(ChangeStamp, String)] = [
+            (ChangeStamp(time: Self.now + Self.tenYears, counter: 0, device: "a"), "ahead"),
+            (ChangeStamp(time: 1 << 62, counter: .max, device: "a"), "outside 1970 to 9999"),
+            (ChangeStamp(time: .min, counter: 0, device: "a"), "outside 1970 to 9999"),
+            (ChangeStamp(time: .max, counter: 0, device: "a"), "outside 1970 to 9999"),
+            (ChangeStamp(time: 5, counter: -1, device: "a"), "negative"),
+            (ChangeStamp(time: 5, counter: 0, device: ""), "device id"),
+            (ChangeStamp(time: 5, counter: 0, device: String(repeating: "d", count: 65)), "device id"),
+            (ChangeStamp(time: 5, counter: 0, device: "a b"), "device id"),
+        ]
+        for (stamp, reason) in refused {
+            #expect {
+                try rule.check(stamp, now: Self.now)
+            } throws: { error in
+                String(describing: error).contains(reason)
+            }
+        }
+        // The skew is the receiver's: a server configured for an hour takes what is 59 minutes ahead.
+        try StampRule(skew: 3_600_000).check(ChangeStamp(time: Self.now + 3_540_000, counter: 0, device: "a"), now: Self.now)
+    }
+
+    @Test("a remote refuses a change stamped out of range or too far ahead, with its reason and what it holds, and keeps the others")
+    func remoteRefusesStamps() throws {
+        let storage = Self.remoteStorage()
+        _ = try storage.push([change("k", "good", time: Self.now - 10)], to: "default")
+        let outcome = try storage.push([
+            change("k", "from 2036", time: Self.now + Self.tenYears),
+            change("j", "overflow", time: 1 << 62),
+            change("i", "before 1970", time: .min),
+            change("fine", "fine", time: Self.now),
+        ], to: "default")
+        #expect(outcome.accepted.map(\.key) == ["fine"])
+        #expect(outcome.refused.map(\.change.key) == ["k", "j", "i"])
+        #expect(outcome.refused.allSatisfy { $0.reason.contains("invalid change stamp") }, "\(outcome.refused.map(\.reason))")
+        #expect(outcome.refused.first?.current?.value == change("k", "good", time: 0).value, "the refusal carries the remote's value")
+        let held = try storage.changes(in: "default", after: 0, limit: 100).changes
+        #expect(held.map(\.key).sorted() == ["fine", "k"])
+        #expect(held.allSatisfy { $0.stamp.time <= Self.now })
+    }
+
+    @Test("one key rule at the remote: NFC and NFD spellings are one key and one count, so no spelling bypasses the quota")
+    func remoteNormalisesKeys() throws {
+        let storage = Self.remoteStorage()
+        try storage.setLimits(QuotaLimits(keys: 4), of: "default")
+        var changes = [StampedChange]()
+        for index in 0..<6 {
+            changes.append(change("caf\u{E9}\(index)", "nfc", time: Self.now))
+            changes.append(change("cafe\u{301}\(index)", "nfd", time: Self.now + 1))
+        }
+        let outcome = try storage.push(changes, to: "default")
+        let held = try storage.changes(in: "default", after: 0, limit: 100).changes
+        #expect(held.count == 4, "the key quota holds")
+        #expect(held.allSatisfy { KeyName.isCanonical($0.key) && $0.key.utf8.count == "caf\u{E9}0".utf8.count })
+        #expect(Set(held.map(\.key)).count == 4)
+        #expect(outcome.refused.count == 4, "two keys' NFC and NFD changes are refused: the store is full")
+        #expect(held.allSatisfy { $0.value == change("x", "nfd", time: 0).value }, "the later spelling's value wins, as one key")
+    }
+
+    @Test("a tombstone for a key the remote never had is not stored")
+    func unknownTombstones() throws {
+        let storage = Self.remoteStorage()
+        let tombstones = (0..<500).map { StampedChange.tombstone("never-\($0)", stamp: ChangeStamp(time: Self.now, counter: 0, device: "a")) }
+        let outcome = try storage.push(tombstones, to: "default")
+        #expect(outcome.accepted.count == 500 && outcome.refused.isEmpty)
+        #expect(try storage.cursor(of: "default") == 0)
+        #expect(try storage.changes(in: "default", after: 0, limit: 1000).changes.isEmpty)
+        // A tombstone for a key the remote has is stored, as before.
+        _ = try storage.push([change("k", "v", time: Self.now - 5)], to: "default")
+        _ = try storage.push([.tombstone("k", stamp: ChangeStamp(time: Self.now, counter: 0, device: "a"))], to: "default")
+        #expect(try storage.changes(in: "default", after: 0, limit: 10).changes.map(\.isTombstone) == [true])
+    }
+
+    @Test("a remote stores and counts a value's canonical form, whatever form was sent, and refuses one of another type")
+    func remoteKeepsCanonicalValues() throws {
+        let storage = Self.remoteStorage()
+        let binary = try PropertyListCodec.encodeBinary(.dictionary(["b": .integer(2), "a": .string("x")]))
+        let sent = StampedChange(key: "d", value: Data(binary), type: .dictionary, stamp: ChangeStamp(time: Self.now, counter: 0, device: "a"))
+        let wrongType = StampedChange(key: "w", value: Data(binary), type: .string, stamp: ChangeStamp(time: Self.now, counter: 0, device: "a"))
+        let outcome = try storage.push([sent, wrongType], to: "default")
+        #expect(outcome.refused.map(\.change.key) == ["w"])
+        let held = try #require(try storage.changes(in: "default", after: 0, limit: 10).changes.first)
+        let canonical = try PropertyListCodec.encodeXML(.dictionary(["b": .integer(2), "a": .string("x")]))
+        #expect(held.value == Data(canonical))
+    }
+
+    @Test("a mount refuses what it fetches outside the rule, reports it, applies the rest, and its clock stays on time")
+    func fetchedChangesAreChecked() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            let events = EventRecorder()
+            let hostile = [
+                change("pinned", "2^62", time: 1 << 62),
+                change("min", "Int64.min", time: .min),
+                StampedChange(key: "bad", value: Data("<string>unclosed".utf8), type: .string,
+                              stamp: ChangeStamp(time: 1000, counter: 0, device: "a")),
+                change("good", "kept", time: 1000),
+            ]
+            let remote = ScriptedRemote(batch: ChangeBatch(changes: hostile, cursor: 4, complete: true))
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            try await engine.synchronize()
+            #expect(try value(store, "good") == "kept")
+            #expect(store.entry(forKey: "pinned") == nil && store.entry(forKey: "min") == nil && store.entry(forKey: "bad") == nil)
+            let refused = try #require(events.events.first { $0.reason == .refusedRemoteChange })
+            #expect(refused.keys == ["bad", "min", "pinned"])
+            #expect(refused.message?.contains("invalid change stamp") == true && refused.message?.contains("not a property list") == true,
+                    "\(refused.message ?? "")")
+            try store.put(.string("mine"), forKey: "later")
+            let stamp = try #require(store.allChanges(forKey: "later")).stamp
+            #expect(abs(stamp.time - Int64(Date().timeIntervalSince1970 * 1000)) < 60_000, "the local clock was not pinned: \(stamp)")
+        }
+    }
+}
+
+/// A remote that serves one fixed batch and accepts every push: what a remote written by
+/// anything at all could hand a mount.
+final class ScriptedRemote: Remote {
+    private let batch: ChangeBatch
+    init(batch: ChangeBatch) { self.batch = batch }
+    var description: String { "scripted" }
+    func identity() async throws -> String { "scripted" }
+    func push(_ changes: [StampedChange]) async throws -> PushOutcome { PushOutcome(accepted: changes) }
+    func fetch(after cursor: Int64) async throws -> ChangeBatch {
+        cursor < batch.cursor ? batch : ChangeBatch(changes: [], cursor: cursor, complete: true)
+    }
+    func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+        try await Task.sleep(for: timeout)
+        return false
+    }
+}
+
+/// An applier whose first `failures` applies fail, as a store that cannot write would.
+final class FailingApplier: ExternalChangeApplying {
+    private let base: StoreApplier
+    private let remaining: Mutex<Int>
+    init(store: KeyValueStore, failures: Int) {
+        base = StoreApplier(store: store)
+        remaining = Mutex(failures)
+    }
+    func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String] {
+        let fail = remaining.withLock { remaining in
+            defer { remaining -= 1 }
+            return remaining > 0
+        }
+        if fail { throw StoreError.database("disk I/O error (test)") }
+        return try await base.apply(changes, mode: mode)
+    }
+}
+
+@Suite("Apply failures", .timeLimit(.minutes(1)))
+struct ApplyFailureTests {
+    @Test("a remote change that fails to apply is reported and applied on a later round, never skipped")
+    func failedApplyIsRetried() async throws {
+        try await withTemporaryDirectory { dir in
+            let cloud = MemoryCloudStorage()
+            _ = try cloud.push([change("k", "from elsewhere", time: 1000, device: "other")], to: "default")
+            let store = try makeStore(in: dir)
+            let events = EventRecorder()
+            let engine = SyncEngine(store: store, remote: memoryRemote(cloud), applier: FailingApplier(store: store, failures: 1)) {
+                events.record($0)
+            }
+            await #expect(throws: StoreError.self) { try await engine.synchronize() }
+            #expect(store.entry(forKey: "k") == nil)
+            #expect(events.events.map(\.reason) == [.applyFailed])
+            try await engine.synchronize()
+            #expect(try value(store, "k") == "from elsewhere", "the next round fetched the change again")
+        }
+    }
+}
+
+@Suite("Same stamps", .timeLimit(.minutes(1)))
+struct SameStampTests {
+    @Test("another value under a stamp the remote already holds is refused, not reported accepted")
+    func sameStampOtherValue() throws {
+        let storage = MemoryCloudStorage()
+        let first = change("k", "first", time: 1000)
+        _ = try storage.push([first], to: "default")
+        #expect(try storage.push([first], to: "default").accepted == [first], "the same change again is a repeat")
+        let impostor = change("k", "impostor", time: 1000)
+        let outcome = try storage.push([impostor], to: "default")
+        #expect(outcome.accepted.isEmpty)
+        #expect(outcome.refused.first?.current == first)
+        #expect(try storage.changes(in: "default", after: 0, limit: 10).changes == [first])
+    }
+}
+
+@Suite("Rows written by anyone", .timeLimit(.minutes(1)))
+struct UnreadableRowTests {
+    @Test("file-remote rows of the wrong type or not UTF-8 are reported and passed over: no crash, the rest applied")
+    func badlyTypedRows() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.path + "/cloud.sqlite"
+            let cloud = try SQLiteCloudStorage(path: path)
+            _ = try await cloud.push([change("good", "kept", time: 1000, device: "other")], to: "default")
+            let value = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.value)
+            // What another program (or an older kvsfs) could leave in the shared file.
+            let queue = try DatabaseQueue(path: path)
+            try await queue.write { db in
+                let rows: [(String, DatabaseValueConvertible, DatabaseValueConvertible, DatabaseValueConvertible)] = [
+                    ("counter-too-big", 1000, 4_294_967_296, "evil"),
+                    ("time-not-a-number", "abc", 0, "evil"),
+                    ("device-not-utf8", 1000, 0, Data([0xFF, 0x00])),
+                ]
+                for (index, row) in rows.enumerated() {
+                    try db.execute(sql: "INSERT INTO cloudChange VALUES ('default', ?, ?, 'string', ?, ?, ?, ?)",
+                                   arguments: [row.0, value, row.1, row.2, row.3, 10 + index])
+                }
+                try db.execute(sql: "INSERT INTO cloudChange VALUES ('default', CAST(X'FF' AS TEXT), ?, 'string', 1000, 0, 'evil', 13)", arguments: [value])
+                try db.execute(sql: "INSERT INTO cloudChange VALUES ('default', 'after', ?, 'string', 1000, 0, 'other', 14)", arguments: [value])
+                try db.execute(sql: "UPDATE cloudStore SET cursor = 14 WHERE id = 'default'")
+            }
+            let store = try makeStore(in: dir)
+            let events = EventRecorder()
+            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock()) { cloud }
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            try await engine.synchronize()
+            #expect(store.keys() == ["after", "good"])
+            let refused = try #require(events.events.first { $0.reason == .refusedRemoteChange })
+            #expect(refused.message?.components(separatedBy: "cannot be read").count == 5, "\(refused.message ?? "")")
+            try await engine.synchronize()
+            #expect(events.events.filter { $0.reason == .refusedRemoteChange }.count == 1, "the cursor went past them")
+        }
+    }
+}
