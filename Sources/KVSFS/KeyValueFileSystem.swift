@@ -83,9 +83,12 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     // MARK: - Names
+    // Every name is normalised to NFC first (the key rule, `KeyName`): both spellings of a
+    // name are one file.
 
     public func lookup(parent: InodeNumber, name: String, context: RequestContext) throws -> LookupResult {
-        try state.withLock { ns in
+        let name = KeyName.canonical(name)
+        return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard try classify(name) != nil, let node = try visibleNode(named: name, in: &ns) else {
                 return .notFound(timeout: configuration.cacheTimeout)
@@ -144,7 +147,8 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     public func create(parent: InodeNumber, name: String, mode: UInt32, flags: OpenFlags, context: RequestContext) throws -> (Entry, OpenReply) {
-        try state.withLock { ns in
+        let name = KeyName.canonical(name)
+        return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard let nameClass = try classify(name) else { throw FileSystemError.nonCanonicalName(name) }
             if case .key = nameClass { try checkWritable(context) }
@@ -174,7 +178,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
     public func read(inode: InodeNumber, handle: FileHandle, offset: Int, size: Int) throws -> [UInt8] {
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
-            let content = file.buffer ?? content(of: file.node)
+            let content = file.buffer ?? file.snapshot ?? content(of: file.node)
             guard offset < content.count else { return [] }
             return Array(content[offset..<min(content.count, offset + size)])
         }
@@ -209,26 +213,29 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     public func flush(inode: InodeNumber, handle: FileHandle, context: RequestContext) throws {
+        let decoded = decodeUnlocked(handle)
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
-            try commit(file, in: &ns)
+            try commit(file, decoded: decoded, in: &ns)
         }
     }
 
     public func fsync(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
+        let decoded = decodeUnlocked(handle)
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
-            try commit(file, in: &ns)
+            try commit(file, decoded: decoded, in: &ns)
             try store.makeDurable()
         }
     }
 
     public func release(inode: InodeNumber, handle: FileHandle) {
+        let decoded = decodeUnlocked(handle)
         state.withLock { ns in
             guard let file = ns.handles.removeValue(forKey: handle) else { return }
             if file.dirty, file.writeRefusal == nil, file.commitRefusal == nil {
                 do {
-                    try commit(file, in: &ns)
+                    try commit(file, decoded: decoded, in: &ns)
                 } catch {
                     log("a write to \(file.node.name) closed without flush was refused: \(error)")
                 }
@@ -242,6 +249,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
     // MARK: - Directory changes
 
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) throws {
+        let name = KeyName.canonical(name)
         try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard try classify(name) != nil, let node = try visibleNode(named: name, in: &ns) else {
@@ -265,6 +273,12 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags, context: RequestContext) throws {
+        let (name, newName) = (KeyName.canonical(name), KeyName.canonical(newName))
+        // An editor file renamed to a key (vim's and sed's save) is decoded before the lock.
+        let decoded = decodeUnlocked { ns in
+            guard case .editorFile(let file) = ns.names[name]?.kind else { return nil }
+            return file.content
+        }
         try state.withLock { ns in
             guard parent == .root, newParent == .root else { throw FileSystemError.notADirectory }
             if flags.contains(.exchange) { throw FileSystemError.exchangeNotSupported }
@@ -287,7 +301,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
                 ns.setKind(source, .editorFile(EditorFile(content: content(of: source), hiddenKey: sourceKey)))
                 ns.hiddenKeys[sourceKey] = source
             case (.editorFile(let file), .key(let destination)):
-                let value = try decode(file.content)
+                let value = try decode(file.content, reusing: decoded)
                 var changes: [KeyChange] = [.put(destination, value)]
                 let hidden = file.hiddenKey.flatMap { ns.hiddenKeys[$0] === source ? $0 : nil }
                 if let hidden, hidden != destination { changes.append(.delete(hidden)) }
@@ -324,6 +338,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     public func rmdir(parent: InodeNumber, name: String) throws {
+        let name = KeyName.canonical(name)
         let exists = try state.withLock { ns in try classify(name) != nil && visibleNode(named: name, in: &ns) != nil }
         throw exists ? FileSystemError.notADirectory : FileSystemError.noSuchFile
     }
@@ -476,13 +491,19 @@ public final class KeyValueFileSystem: FuseFileSystem {
                 file.buffer = []
                 file.dirty = true
             }
+        } else if node.openWriters > 0 {
+            // The kernel's size and pages may come from a writer now (its O_TRUNC open set the
+            // size to 0, its writes grow it): this reader reads the value committed when it
+            // opened, whole, straight from here.
+            file.snapshot = content(of: node)
         } else {
             keepCache = node.pageCacheTrusted
-            node.pageCacheTrusted = node.openWriters == 0
+            node.pageCacheTrusted = true
         }
         // Writes bypass the page cache: a refused value never lingers there, and the kernel
         // skips its security.capability lookup before each buffered write.
-        return OpenReply(handle: ns.addHandle(file), keepCache: keepCache, directIO: file.writable, noFlush: !file.writable)
+        return OpenReply(handle: ns.addHandle(file), keepCache: keepCache, directIO: file.writable || file.snapshot != nil,
+                         noFlush: !file.writable)
     }
 
     /// Refuses, before anything is committed, a file that grows past what its value may be.
@@ -505,14 +526,14 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     /// Commits what a handle wrote. Idempotent: a second flush of the same data does nothing.
-    private func commit(_ file: OpenFile, in ns: inout Namespace) throws {
+    private func commit(_ file: OpenFile, decoded: DecodedContent? = nil, in ns: inout Namespace) throws {
         if let refusal = file.writeRefusal ?? file.commitRefusal { throw refusal }
         guard file.dirty else { return }
         do {
             if file.external, let key = file.node.key, let (change, mode) = sync?.externalChanges.inFlight(key) {
                 try commitExternal(change, mode: mode, to: file.node, in: &ns)
             } else {
-                try commit(file.buffer ?? [], to: file.node, in: &ns)
+                try commit(file.buffer ?? [], to: file.node, decoded: decoded, in: &ns)
             }
             file.dirty = false
         } catch {
@@ -522,13 +543,13 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     /// Makes `content` the node's content: for a key, a parsed value checked against the quotas.
-    private func commit(_ content: [UInt8], to node: Node, in ns: inout Namespace) throws {
+    private func commit(_ content: [UInt8], to node: Node, decoded: DecodedContent? = nil, in ns: inout Namespace) throws {
         switch node.kind {
         case .key(let key):
-            try store.put(try decode(content), forKey: key)
+            try store.put(try decode(content, reusing: decoded), forKey: key)
         case .placeholder(let key):
             guard !content.isEmpty else { return }
-            try store.put(try decode(content), forKey: key)
+            try store.put(try decode(content, reusing: decoded), forKey: key)
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))
         case .editorFile(var file):
@@ -564,9 +585,34 @@ public final class KeyValueFileSystem: FuseFileSystem {
         sync?.externalChanges.isApplier(thread: context.threadID) ?? false
     }
 
-    private func decode(_ content: [UInt8]) throws -> PropertyListValue {
+    /// The value `content` holds, within the store's per-value limit: the one `decoded`
+    /// found before the lock when the bytes are the same, else decoded now.
+    private func decode(_ content: [UInt8], reusing decoded: DecodedContent? = nil) throws -> PropertyListValue {
         guard !content.isEmpty else { throw FileSystemError.emptyValue }
-        return try PropertyListCodec.decode(content)
+        if let decoded, decoded.bytes == content { return try decoded.value.get() }
+        return try PropertyListCodec.decode(content, limits: decodingLimits)
+    }
+
+    private var decodingLimits: PropertyListDecodingLimits {
+        PropertyListDecodingLimits(maxBytes: store.limits.valueBytes)
+    }
+
+    /// Decodes, without the namespace lock, what a handle would commit: a large or hostile
+    /// value then holds up no other request. Only a guess: the commit, under the lock, uses
+    /// it only if the handle still holds the same bytes.
+    private func decodeUnlocked(_ handle: FileHandle) -> DecodedContent? {
+        decodeUnlocked { ns in
+            guard let file = ns.handles[handle], file.dirty, !file.external, file.writeRefusal == nil, file.commitRefusal == nil,
+                  file.node.key != nil else { return nil }
+            return file.buffer
+        }
+    }
+
+    /// Decodes the bytes `pick` finds under the lock, after letting go of it.
+    private func decodeUnlocked(_ pick: (inout Namespace) -> [UInt8]?) -> DecodedContent? {
+        guard let bytes = state.withLock({ pick(&$0) }), !bytes.isEmpty else { return nil }
+        let limits = decodingLimits
+        return DecodedContent(bytes: bytes, value: Result { () throws(StoreError) in try PropertyListCodec.decode(bytes, limits: limits) })
     }
 
     /// Truncation: of the handle's buffer when a writer asks, else of every open writer's

@@ -53,6 +53,12 @@ extension Node.Kind {
     }
 }
 
+/// A value decoded from a file's bytes outside the namespace lock, with those bytes.
+struct DecodedContent {
+    let bytes: [UInt8]
+    let value: Result<PropertyListValue, StoreError>
+}
+
 /// The content of an editor's scratch file.
 struct EditorFile {
     var content: [UInt8]
@@ -78,6 +84,9 @@ final class OpenFile {
     var commitRefusal: (any Error)?
     /// Opened by the sync thread applying a remote change: committed as that change.
     let external: Bool
+    /// For a reader that opened while a writer had the file open: the committed value as it
+    /// was then, which every read of this handle serves whole (past the page cache).
+    var snapshot: [UInt8]?
 
     init(node: Node, writable: Bool, external: Bool = false) {
         self.node = node
