@@ -22,9 +22,18 @@ struct Sync: ParsableCommand {
             throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs")
         }
         // Reading this attribute runs synchronize() in the daemon and returns when it is done.
+        // EAGAIN (the remote asks to wait, or other syncs already wait on it) is tried again
+        // for up to 30 s.
         var answer = [UInt8](repeating: 0, count: 64)
-        if SystemFunctions.getxattr(mountpoint, "user.kvsfs.synchronize", &answer, answer.count) < 0 {
+        let deadline = ContinuousClock.now + .seconds(30)
+        var pause = Duration.milliseconds(50)
+        while SystemFunctions.getxattr(mountpoint, "user.kvsfs.synchronize", &answer, answer.count) < 0 {
             let code = errno
+            if code == EAGAIN, ContinuousClock.now + pause < deadline {
+                Thread.sleep(forTimeInterval: Double(pause.components.attoseconds) / 1e18 + Double(pause.components.seconds))
+                pause = min(pause * 2, .milliseconds(500))
+                continue
+            }
             let summary = mountAttribute(mountpoint, "user.kvsfs.sync")
             // EACCES: the server refused the token; the summary's error says why, without the rest.
             let detail = code == EACCES ? summary.flatMap(MountSync.lastError(inSummary:)) ?? "the server refused this token"
