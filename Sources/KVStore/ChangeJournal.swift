@@ -12,10 +12,10 @@ import Foundation
 /// of the payload), then the payload: a row count and the rows (see `encodeRecord`). Reading
 /// stops at the first record that is short or fails its checksum: a torn tail from a crash of
 /// the machine.
-final class ChangeJournal {
+package final class ChangeJournal {
     /// One key's change as it goes to the database: its value (nil: a tombstone), its stamp,
     /// where it stands with the remote, and its place in the store's commit order.
-    struct Row: Equatable {
+    package struct Row: Equatable {
         var key: String
         var entry: KeyValueStore.Entry?
         var stamp: ChangeStamp
@@ -70,7 +70,7 @@ final class ChangeJournal {
 
     // MARK: - Format
 
-    static func encodeRecord(_ rows: [Row]) -> [UInt8] {
+    package static func encodeRecord(_ rows: [Row]) -> [UInt8] {
         let header = 12  // length and checksum of the payload, filled in once it is written after them
         var record = [UInt8](repeating: 0, count: header)
         record.reserveCapacity(header + 4 + rows.reduce(0) { $0 + $1.key.utf8.count + ($1.entry?.xml.count ?? 0) + 64 })
@@ -98,7 +98,7 @@ final class ChangeJournal {
     }
 
     /// The rows of every good record from the start, and where the good records end.
-    static func decodeRecords(_ bytes: [UInt8]) -> (rows: [Row], end: Int) {
+    package static func decodeRecords(_ bytes: [UInt8]) -> (rows: [Row], end: Int) {
         var rows = [Row]()
         var reader = ByteReader(bytes: bytes)
         var end = 0
@@ -134,7 +134,7 @@ final class ChangeJournal {
     }
 
     /// FNV-1a, 64 bits.
-    static func checksum<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> UInt64 {
+    package static func checksum<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> UInt64 {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         return hash

@@ -1,0 +1,34 @@
+import Foundation
+import KVStore
+
+/// Any bytes, through the one decoder behind every property-list format the store reads.
+///
+/// Invariant: a value the decoder returns and the canonical XML (or binary) encoder accepts
+/// decodes from that encoding to the same value. An encoder refusing a value is not a failure
+/// (XML cannot carry some control characters); a value that changes on the way is.
+enum PropertyListFuzzing {
+    static func run(_ bytes: [UInt8]) {
+        guard let value = try? PropertyListCodec.decode(bytes) else { return }
+        for format in ValueFormat.allCases {
+            guard let encoded = try? PropertyListCodec.encode(value, as: format) else { continue }
+            let again: PropertyListValue
+            do {
+                again = try PropertyListCodec.decode(encoded)
+            } catch {
+                fatalError("the \(format) encoding of \(value) does not decode: \(error)")
+            }
+            guard same(value, again) else { fatalError("\(value) decodes from its \(format) encoding as \(again)") }
+        }
+    }
+
+    /// Equality, except that NaN equals NaN: every NaN is written `nan`.
+    static func same(_ a: PropertyListValue, _ b: PropertyListValue) -> Bool {
+        switch (a, b) {
+        case let (.real(x), .real(y)): x == y || (x.isNaN && y.isNaN)
+        case let (.array(xs), .array(ys)): xs.count == ys.count && zip(xs, ys).allSatisfy { same($0, $1) }
+        case let (.dictionary(xs), .dictionary(ys)):
+            xs.count == ys.count && xs.allSatisfy { key, x in ys[key].map { same(x, $0) } ?? false }
+        default: a == b
+        }
+    }
+}

@@ -1,0 +1,63 @@
+import KVStore
+import KVWire
+
+/// Any bytes, as what a client sends the sync server: the first byte picks a push body, a query
+/// string or an `Authorization` header, the rest is it.
+///
+/// Invariants: nothing traps; a push that is read re-encodes (as a client sends it) to bodies
+/// that read back as the same changes; a query's values are within their ranges and read back
+/// from the query a client writes for them; a bearer token read is one a header carries back.
+enum RequestFuzzing {
+    static func run(_ bytes: [UInt8]) {
+        guard let selector = bytes.first else { return }
+        let rest = Array(bytes.dropFirst())
+        switch selector % 3 {
+        case 0: push(rest)
+        case 1: query(String(decoding: rest, as: UTF8.self))
+        default: authorization(String(decoding: rest, as: UTF8.self))
+        }
+    }
+
+    private static func push(_ body: [UInt8]) {
+        guard let push = try? decodePush(body) else { return }
+        let bodies: [[UInt8]]
+        do {
+            bodies = try encodePushes(push.changes)
+        } catch {
+            fatalError("a push that was read does not encode: \(error)")
+        }
+        var again: [StampedChange] = []
+        for body in bodies {
+            do {
+                again += try decodePush(body).changes
+            } catch {
+                fatalError("a push that was read, encoded again, is refused: \(error)")
+            }
+        }
+        guard again == push.changes else { fatalError("a push encoded again reads as other changes: \(push.changes) → \(again)") }
+    }
+
+    private static func query(_ text: String) {
+        let query = WireQuery(text)
+        let after = try? query.after(), limit = try? query.limit(), wait = try? query.wait()
+        _ = query.value(text)
+        if let after, after < 0 { fatalError("after=\(after) from \(text.debugDescription)") }
+        if let limit, !WireLimits.changesPerFetch.contains(limit) { fatalError("limit=\(limit) from \(text.debugDescription)") }
+        if let wait, !WireLimits.waitSeconds.contains(wait) { fatalError("wait=\(wait) from \(text.debugDescription)") }
+        guard let after, let limit, let wait else { return }
+        let written = WireQuery(String(WireQuery.encode(after: after, limit: limit, wait: wait).dropFirst()))
+        guard (try? written.after()) == after, (try? written.limit()) == limit, (try? written.wait()) == wait else {
+            fatalError("after=\(after) limit=\(limit) wait=\(wait), read from \(text.debugDescription), do not read back once written")
+        }
+    }
+
+    private static func authorization(_ header: String) {
+        guard let token = bearerToken(fromAuthorization: header) else { return }
+        guard !token.isEmpty, token.utf8.count <= WireLimits.maximumTokenBytes else {
+            fatalError("token \(token.debugDescription) from \(header.debugDescription)")
+        }
+        guard bearerToken(fromAuthorization: "Bearer " + token) == token else {
+            fatalError("token \(token.debugDescription) from \(header.debugDescription) does not read back from Bearer \(token)")
+        }
+    }
+}
