@@ -67,7 +67,7 @@ let package = Package(
         .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "SyncTests", dependencies: [
-            "KVStore", "KVCloud", "KVSync", "KVTestSupport",
+            "KVStore", "KVCloud", "KVSync", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
         .testTarget(name: "KVServerTests", dependencies: ["KVServer"]),
