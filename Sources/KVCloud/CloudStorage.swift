@@ -13,7 +13,8 @@ public protocol CloudStorage: Sendable {
     /// change: pushing twice is harmless) or refused because it would break a quota.
     func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome
 
-    /// The changes accepted after `cursor`, oldest first, at most `limit` of them.
+    /// The changes accepted after `cursor`, oldest first, at most `limit` of them; throws
+    /// `cursorAhead` when the store has not reached `cursor`.
     func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch
 
     /// The cursor of the store's newest accepted change (0 when it has none).
@@ -113,11 +114,16 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The storage cannot be opened or read (a missing directory, a locked or corrupt file).
     case unavailable(String)
     case invalidStoreName(String)
+    /// Changes were asked for after a cursor the store has not reached: the reader saw a
+    /// history this store no longer has (it was emptied, replaced or restored from a backup).
+    case cursorAhead(asked: Int64, store: Int64)
 
     public var description: String {
         switch self {
         case .unavailable(let reason): "the remote is unavailable: \(reason)"
         case .invalidStoreName(let name): "invalid store name \(name)"
+        case .cursorAhead(let asked, let store):
+            "changes after cursor \(asked) were asked for, but the store's history ends at \(store)"
         }
     }
 }

@@ -41,7 +41,9 @@ public final class MemoryCloudStorage: CloudStorage {
 
     public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
-        return stores.withLock { stores in
+        return try stores.withLock { (stores) throws(CloudError) -> ChangeBatch in
+            let newest = stores[store]?.cursor ?? 0
+            if cursor > newest { throw .cursorAhead(asked: cursor, store: newest) }
             let newer = (stores[store]?.latest.values ?? [:].values).filter { $0.cursor > cursor }.sorted { $0.cursor < $1.cursor }
             let batch = newer.prefix(limit)
             return ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit)

@@ -106,6 +106,11 @@ public final class SQLiteCloudStorage: CloudStorage {
                     SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
                     """), arguments: [store, cursor, limit + 1])
+                if rows.isEmpty {
+                    // Past the store's newest change: asked by a reader that saw another history.
+                    let newest = try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
+                    if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
+                }
                 var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit)
                 for row in rows.prefix(limit) {
                     batch.cursor = try row.decode(forColumn: "cursor")
@@ -150,6 +155,8 @@ public final class SQLiteCloudStorage: CloudStorage {
     private func run<T>(_ body: () throws -> T) throws(CloudError) -> T {
         do {
             return try body()
+        } catch let error as CloudError {
+            throw error
         } catch {
             throw .unavailable(String(describing: error))
         }

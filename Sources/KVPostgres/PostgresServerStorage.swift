@@ -173,6 +173,11 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                 changes.append(Self.change(row))
                 last = row.6
             }
+            if changes.isEmpty {
+                // Past the store's newest change: asked by a reader that saw another history.
+                let newest = try await self.cursor(of: store)
+                if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
+            }
             return ChangeBatch(changes: changes, cursor: last, complete: !more)
         }
     }

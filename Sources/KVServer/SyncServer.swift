@@ -101,6 +101,9 @@ public struct SyncServer: Sendable {
             let (stored, scope) = try await address(request, context, write: false)
             let after = try wire { () throws(WireError) in try WireQuery(request.uri.query).after() }
             let token = try bearerToken(request)
+            // A stream from past the store's history is refused before it starts, as a fetch is.
+            let newest = try await run { try await storage.cursor(of: stored) }
+            if after > newest { throw HTTPError(.conflict, message: CloudError.cursorAhead(asked: after, store: newest).description) }
             return Response(
                 status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
                 body: ResponseBody { writer in
@@ -232,12 +235,17 @@ public struct SyncServer: Sendable {
         }
     }
 
-    /// Storage failures as HTTP: a bad store name is 404, anything else 503 with Retry-After.
+    /// Storage failures as HTTP: a bad store name is 404, a cursor past the store's history
+    /// 409 (the client resynchronises), anything else 503 with Retry-After.
     private func run<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
+        } catch let error as CloudError {
+            // The client saw a history this store no longer has: it must resynchronise.
+            guard case .cursorAhead = error else { throw unavailable(error) }
+            throw HTTPError(.conflict, message: error.description)
         } catch {
             throw unavailable(error)
         }

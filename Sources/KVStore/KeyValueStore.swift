@@ -309,6 +309,24 @@ public final class KeyValueStore: Sendable {
         }
     }
 
+    /// Makes the latest change of each of `keys` pending again: the remote lost it and it must
+    /// be pushed again.
+    public func markPending(_ keys: [String]) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            let keys = keys.filter { state.changes[$0] != nil && state.changes[$0]?.syncState != .pending }
+            guard !keys.isEmpty else { return }
+            try write(&state) { db in
+                let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = 'pending' WHERE key = ?")
+                for key in keys {
+                    let row = DirectBinding(update)
+                    row.bind(1, key)
+                    try row.run(in: db)
+                }
+            }
+            for key in keys { state.changes[key]?.syncState = .pending }
+        }
+    }
+
     private func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
         try write(&state) { db in

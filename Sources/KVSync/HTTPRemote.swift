@@ -184,6 +184,8 @@ public final class HTTPRemote: Remote {
                 throw RemoteError.retryLater(after: after, "\(response.status.code) \(message)")
             case .unauthorized, .forbidden:
                 throw RemoteError.authorizationRefused(message)
+            case .conflict:
+                throw RemoteError.historyMismatch(message)
             default:
                 throw RemoteError.refused("\(response.status.code) \(message)")
             }

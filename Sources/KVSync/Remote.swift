@@ -34,6 +34,9 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The remote refused the request itself (an unknown store, a malformed request):
     /// retrying does not help until something changes, so retries back off.
     case refused(String)
+    /// The remote's history is not the one this mount saw: it has not reached the mount's
+    /// cursor (emptied, replaced, restored from a backup). The mount resynchronises.
+    case historyMismatch(String)
 
     public var retryAfter: Duration? {
         if case .retryLater(let after, _) = self { return after }
@@ -47,6 +50,7 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
             "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
         case .authorizationRefused(let reason): "the server refused this token: \(reason)"
         case .refused(let reason): "the remote refused: \(reason)"
+        case .historyMismatch(let reason): "the remote's history is not the one this mount saw: \(reason)"
         }
     }
 }
@@ -137,6 +141,7 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
             }
             return try body(opened)
         } catch {
+            if case .cursorAhead = error { throw .historyMismatch(error.description) }
             storage.withLock { $0 = nil }
             throw .unreachable(error.description)
         }

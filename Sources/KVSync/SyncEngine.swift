@@ -9,13 +9,16 @@ import Synchronization
 /// remote cannot be reached, honouring a retry-after the remote gives.
 ///
 /// Settings kept in the store: `sync.cursor` (the remote cursor fetched up to) and
-/// `sync.remote` (the remote account synced with; another one means an account change).
+/// `sync.remote` (the identity of the remote synced with; another one means a resynchronisation).
 public final class SyncEngine: Sendable {
     /// How the engine stands, for `user.kvsfs.sync` on the mount's root.
     public struct Status: Sendable, Equatable {
         public var lastError: String?
         public var lastSync: Date?
         public var initialSyncDone: Bool
+        /// The last time the remote's history was found not to be the one this mount saw, and
+        /// what was done (see `resynchronise`).
+        public var lastIncident: String?
     }
 
     private let store: KeyValueStore
@@ -26,7 +29,7 @@ public final class SyncEngine: Sendable {
     private let cycleLock = AsyncLock()
     private let wake = WakeSignal()
     private let tasks = Mutex<[Task<Void, Never>]>([])
-    private let state = Mutex(Status(lastError: nil, lastSync: nil, initialSyncDone: false))
+    private let state = Mutex(Status(lastError: nil, lastSync: nil, initialSyncDone: false, lastIncident: nil))
     private let knownRemoteCursor: Atomic<Int64>
     private let clock: any Clock<Duration>
     private let minimumInterval: Duration = .milliseconds(10)
@@ -173,8 +176,9 @@ public final class SyncEngine: Sendable {
         }
     }
 
-    /// On the first contact with a remote, records its account. A different account than the
-    /// one last synced with replaces every local value by the new account's. Asked on the first
+    /// On the first contact with a remote, records its identity. Another identity than the one
+    /// last synced with (the remote was replaced or emptied, or the mount names another account)
+    /// is never obeyed by deleting local values: the mount resynchronises. Asked on the first
     /// round and then once a minute.
     private func checkAccount() async throws {
         if let last = lastAccountCheck.withLock({ $0 }), ContinuousClock.now - last < .seconds(60) { return }
@@ -183,31 +187,42 @@ public final class SyncEngine: Sendable {
         lastAccountCheck.withLock { $0 = ContinuousClock.now }
         let recorded = try store.setting(Self.remoteSetting)
         guard recorded != identity else { return }
-        if recorded != nil {
-            try await replaceWithAccount(identity)
+        if let recorded {
+            try await resynchronise(identity: identity, because: "the remote's identity changed from \(recorded) to \(identity)")
         } else {
             try store.setSetting(Self.remoteSetting, to: identity)
         }
     }
 
-    private func replaceWithAccount(_ identity: String) async throws {
+    /// Brings a remote whose history is not the one this mount saw (another identity, or a
+    /// history that ends before the mount's cursor: emptied, replaced, restored from a backup)
+    /// and the store together without losing anything: every local change the remote lacks
+    /// (it has none, or an older one, for the key) becomes pending and is pushed again by this
+    /// round, and the remote's changes are taken in by the merge rule. No local value is removed
+    /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
+    private func resynchronise(identity: String?, because reason: String) async throws {
         var cursor: Int64 = 0
         var remoteChanges = [String: StampedChange]()
         while true {
             let batch = try await remote.fetch(after: cursor)
-            for change in admit(batch) { remoteChanges[change.key] = change }
+            for change in admit(batch) where remoteChanges[change.key].map({ change.stamp > $0.stamp }) ?? true {
+                remoteChanges[change.key] = change
+            }
             cursor = batch.cursor
             if batch.complete { break }
         }
-        var replacements = Array(remoteChanges.values)
-        for local in store.allChanges() where remoteChanges[local.key] == nil && !local.isTombstone {
-            replacements.append(.tombstone(local.key, stamp: local.stamp))
+        let lost = store.allChanges().filter { local in
+            guard let held = remoteChanges[local.key] else { return !local.isTombstone }
+            return held.stamp < local.stamp
         }
-        let changed = try await apply(replacements, mode: .replace)
-        try store.setSetting(Self.remoteSetting, to: identity)
+        try store.markPending(lost.map(\.key))
+        let changed = try await apply(Array(remoteChanges.values), mode: .merge)
+        if let identity { try store.setSetting(Self.remoteSetting, to: identity) }
         try store.setSetting(Self.cursorSetting, to: String(cursor))
         knownRemoteCursor.store(cursor, ordering: .relaxed)
-        if !changed.isEmpty { onEvent(SyncEvent(reason: .accountChange, keys: changed.sorted())) }
+        let message = "\(reason): \(lost.count) local changes pushed again, no local value removed"
+        state.withLock { $0.lastIncident = "\(SyncEvent.timeFormat.string(from: Date())) \(message)" }
+        onEvent(SyncEvent(reason: .remoteReset, keys: Set(lost.map(\.key) + changed).sorted(), message: message))
     }
 
     private func push() async throws {
@@ -263,7 +278,15 @@ public final class SyncEngine: Sendable {
         var cursor = stored ?? 0
         var recorded = stored != nil
         while true {
-            let batch = try await remote.fetch(after: cursor)
+            let batch: ChangeBatch
+            do {
+                batch = try await remote.fetch(after: cursor)
+            } catch RemoteError.historyMismatch(let reason) {
+                // Found after this round's push: push what the remote lost now.
+                try await resynchronise(identity: nil, because: reason)
+                try await push()
+                return
+            }
             var newer = [StampedChange]()
             var confirmations = [StampedChange]()
             for change in admit(batch) {

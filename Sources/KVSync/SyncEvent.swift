@@ -10,8 +10,13 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         case initialSync = "initial-sync"
         /// A local write the remote refused (a quota) was rolled back to the remote's value.
         case quotaViolation = "quota-violation"
-        /// The remote's account changed; local values were replaced by the new account's.
+        /// No longer sent (an account change used to replace every local value): see
+        /// `remoteReset`. Kept so that older event logs still read.
         case accountChange = "account-change"
+        /// The remote's history is not the one this mount saw (its identity changed, or it has
+        /// not reached the mount's cursor: emptied, replaced, restored from a backup). Local
+        /// changes it lacks were pushed again and its changes merged; nothing local was removed.
+        case remoteReset = "remote-reset"
         /// A change fetched from the remote broke the change rule (its key, stamp or value) and
         /// was not applied; `message` says why. Retrying cannot mend it, so sync goes on past it.
         case refusedRemoteChange = "refused-remote-change"

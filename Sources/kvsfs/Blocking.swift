@@ -7,11 +7,11 @@ func waitFor<T: Sendable>(_ work: @escaping @Sendable () async throws -> T) thro
 }
 
 /// Runs async `work` and waits for it at most `timeout` (nil: for ever); nil when the time
-/// ran out, and the work is then cancelled.
+/// ran out. The work is not cancelled then: a round of sync goes on in the background.
 func waitFor<T: Sendable>(_ work: @escaping @Sendable () async throws -> T, timeout: Duration?) -> Result<T, any Error>? {
     let result = Mutex<Result<T, any Error>?>(nil)
     let done = DispatchSemaphore(value: 0)
-    let task = Task.detached {
+    Task.detached {
         let outcome: Result<T, any Error>
         do { outcome = .success(try await work()) } catch { outcome = .failure(error) }
         result.withLock { $0 = outcome }
@@ -20,10 +20,7 @@ func waitFor<T: Sendable>(_ work: @escaping @Sendable () async throws -> T, time
     if let timeout {
         let (seconds, attoseconds) = timeout.components
         let deadline = DispatchTime.now() + .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
-        guard done.wait(timeout: deadline) == .success else {
-            task.cancel()
-            return nil
-        }
+        guard done.wait(timeout: deadline) == .success else { return nil }
     } else {
         done.wait()
     }

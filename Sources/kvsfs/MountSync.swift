@@ -86,11 +86,13 @@ final class MountSync: Sendable {
         }
     }
 
-    /// `user.kvsfs.sync` of the root: synced, pending N, or offline with the reason.
+    /// `user.kvsfs.sync` of the root: synced, pending N, or offline with the reason; then the
+    /// last time the remote's history was found not to be the one the mount saw.
     static func summary(_ status: SyncEngine.Status, pending: Int) -> String {
         if let error = status.lastError { return "offline (\(pending) pending): \(error)" }
         if status.lastSync == nil { return "connecting (\(pending) pending)" }
-        return pending == 0 ? "synced" : "pending \(pending)"
+        let state = pending == 0 ? "synced" : "pending \(pending)"
+        return status.lastIncident.map { "\(state); remote reset at \($0)" } ?? state
     }
 
     /// The error of an "offline" summary, as the engine described it; nil for other summaries.

@@ -47,8 +47,8 @@ struct Events: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the mount's external changes as they happen, one JSON line each.",
         discussion: """
-            Each line: {"keys":[...],"reason":"server-change|initial-sync|quota-violation|account-change","time":"..."} \
-            (quota violations also carry "message"). Runs until interrupted.
+            Each line: {"keys":[...],"reason":"server-change|initial-sync|quota-violation|remote-reset|refused-remote-change|apply-failed","time":"..."} \
+            (all but server-change and initial-sync also carry "message"). Runs until interrupted.
             """)
 
     @Argument(help: "A kvsfs mount.")

@@ -41,4 +41,36 @@ struct SyncFaultTests {
         #expect(result.standardOutput.hasSuffix("v20\n"), "\(result)")
         #expect(a.process.isRunning)
     }
+
+    @Test("an emptied file remote never wipes the mount: every value, pending ones included, is pushed to it again")
+    func emptiedRemote() throws {
+        let dir = TemporaryDirectory("kvsfs-faults")
+        defer { dir.remove() }
+        let remoteDirectory = dir.subdirectory("remote")
+        let remote = ["--remote", "file://\(remoteDirectory)/cloud.sqlite"]
+        let first = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        _ = try shell("for i in $(seq 10); do echo \"v$i\" > \(first.path("synced"))$i; done; \(kvsfsBinary) sync \(first.mountpoint)")
+        #expect(first.stop() == 0)
+        try FileManager.default.moveItem(atPath: remoteDirectory, toPath: remoteDirectory + ".gone")  // the remote cannot be reached
+        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        defer { a.stop() }
+        let result = try shell("""
+            for i in $(seq 5); do echo "p$i" > \(a.path("pending"))$i; done
+            mkdir \(remoteDirectory) && : > \(remoteDirectory)/cloud.sqlite   # and comes back empty
+            \(kvsfsBinary) sync \(a.mountpoint); echo "sync=$?"
+            echo "files=$(ls \(a.mountpoint) | wc -l)"
+            getfattr --only-values -n user.kvsfs.sync \(a.mountpoint); echo
+            timeout 1 \(kvsfsBinary) events --all \(a.mountpoint) | grep -o '"reason":"[a-z-]*"' | sort -u
+            """, timeout: 60)
+        #expect(result.standardOutput.contains("sync=0\nfiles=15\n"), "\(result)")
+        #expect(result.standardOutput.contains("synced; remote reset at"), "\(result)")
+        #expect(result.standardOutput.contains("15 local changes pushed again"), "\(result)")
+        #expect(result.standardOutput.contains(#""reason":"remote-reset""#), "\(result)")
+        #expect(!result.standardOutput.contains("account-change"), "\(result)")
+        // Another mount of the emptied remote gets every value back from it.
+        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
+        defer { b.stop() }
+        let other = try shell("\(kvsfsBinary) sync \(b.mountpoint) && ls \(b.mountpoint) | wc -l && cat \(b.path("pending5")) | grep -o p5")
+        #expect(other.standardOutput == "15\np5\n", "\(other)")
+    }
 }

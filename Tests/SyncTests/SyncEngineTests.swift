@@ -3,6 +3,7 @@ import KVCloud
 import KVStore
 import KVSync
 import KVTestSupport
+import Synchronization
 import Testing
 
 /// The sync engine against an in-memory remote, applying straight to the store (the mount
@@ -130,25 +131,55 @@ struct SyncEngineTests {
         }
     }
 
-    @Test("another account replaces the local values, with reason account-change")
-    func accountChange() async throws {
+    @Test("a remote with another identity (emptied, replaced, another account) never removes local values: they are pushed to it")
+    func identityChange() async throws {
         try await withTemporaryDirectory { dir in
             let first = MemoryCloudStorage()
             let second = MemoryCloudStorage()
-            _ = try second.push([change("theirs", "from the new account", time: 5, device: "x")], to: "default")
-            let device = try Device("one", in: dir, remote: memoryRemote(first))
-            try device.store.put(.string("mine"), forKey: "mine")
+            _ = try second.push([change("theirs", "from the new remote", time: 5, device: "x")], to: "default")
+            let link = InterruptibleRemote(memoryRemote(first))
+            let device = try Device("one", in: dir, remote: link)
+            for index in 0..<10 { try device.store.put(.integer(index), forKey: "synced\(index)") }
             try await device.engine.synchronize()
+            link.setOnline(false)
+            for index in 0..<5 { try device.store.put(.integer(index), forKey: "pending\(index)") }
             device.engine.stop()
-            // The same store, now signed in to another account.
+            // The same store, now syncing with a remote that has none of it.
             let store = device.store
             let events = EventRecorder()
             let engine = SyncEngine(store: store, remote: memoryRemote(second), applier: StoreApplier(store: store)) { events.record($0) }
             try await engine.synchronize()
-            #expect(store.entry(forKey: "mine") == nil)
+            #expect(store.keys().count == 16, "every local value stays, and the remote's arrives")
             #expect(store.entry(forKey: "theirs") != nil)
-            #expect(events.events.map(\.reason) == [.accountChange])
-            #expect(events.events.first?.keys == ["mine", "theirs"])
+            #expect(store.pendingChanges().isEmpty, "what the remote lacked was pushed again")
+            #expect(try second.changes(in: "default", after: 0, limit: 100).changes.count == 16)
+            let reset = try #require(events.events.first)
+            #expect(reset.reason == .remoteReset)
+            #expect(reset.message?.contains("15 local changes pushed again") == true, "\(reset.message ?? "")")
+            #expect(engine.status.lastIncident?.contains("identity changed") == true)
+        }
+    }
+
+    @Test("a remote restored from a backup (its history ends before the mount's cursor) gets back what it lost")
+    func restoredRemote() async throws {
+        try await withTemporaryDirectory { dir in
+            let backup = MemoryCloudStorage(identity: "same")
+            let live = MemoryCloudStorage(identity: "same")
+            let current = RestorableStorage(live)
+            let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { current }
+            let a = try Device("a", in: dir, remote: remote)
+            try a.store.put(.string("before"), forKey: "early")
+            try await a.engine.synchronize()
+            _ = try backup.push(try live.changes(in: "default", after: 0, limit: 10).changes, to: "default")
+            for index in 0..<5 { try a.store.put(.integer(index), forKey: "late\(index)") }
+            try await a.engine.synchronize()
+            #expect(try live.cursor(of: "default") == 6)
+            current.restore(backup)  // the server's database restored from the backup
+            try await a.engine.synchronize()
+            #expect(try backup.changes(in: "default", after: 0, limit: 100).changes.count == 6, "the lost changes were pushed again")
+            #expect(a.store.keys().count == 6)
+            #expect(a.events.events.contains { $0.reason == .remoteReset && $0.message?.contains("history ends at 1") == true },
+                    "\(a.events.events)")
         }
     }
 
@@ -201,4 +232,21 @@ struct SyncEngineTests {
             #expect(clock.now - started < .seconds(20))
         }
     }
+}
+
+/// Cloud storage whose data can be swapped for a backup underneath its users, as a server's
+/// database restored while mounts stay connected.
+final class RestorableStorage: CloudStorage {
+    private let current: Mutex<MemoryCloudStorage>
+    init(_ storage: MemoryCloudStorage) { current = Mutex(storage) }
+    func restore(_ backup: MemoryCloudStorage) { current.withLock { $0 = backup } }
+    private var storage: MemoryCloudStorage { current.withLock { $0 } }
+    func identity() throws(CloudError) -> String { try storage.identity() }
+    func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome { try storage.push(changes, to: store) }
+    func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
+        try storage.changes(in: store, after: cursor, limit: limit)
+    }
+    func cursor(of store: String) throws(CloudError) -> Int64 { try storage.cursor(of: store) }
+    func limits(of store: String) throws(CloudError) -> QuotaLimits { try storage.limits(of: store) }
+    func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) { try storage.setLimits(limits, of: store) }
 }
