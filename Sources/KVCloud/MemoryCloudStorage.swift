@@ -24,7 +24,7 @@ public final class MemoryCloudStorage: CloudStorage {
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        let admitted = CloudLedger.admit(changes, policy: admission)
+        let admitted = ChangeAdmission.admit(changes, policy: admission)
         return stores.withLock { stores in
             var rows = stores[store] ?? StoreRows()
             var current = [String: StampedChange]()

@@ -74,7 +74,7 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        let admitted = CloudLedger.admit(changes, policy: admission)
+        let admitted = ChangeAdmission.admit(changes, policy: admission)
         return try run { try self.database.write { db in try Self.push(admitted, to: store, db) } }
     }
 
@@ -82,7 +82,7 @@ public final class SQLiteCloudStorage: CloudStorage {
     /// its thread: for a server, whose request tasks share as few threads as there are cores.
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        let admitted = CloudLedger.admit(changes, policy: admission)
+        let admitted = ChangeAdmission.admit(changes, policy: admission)
         do {
             return try await database.write { db in try Self.push(admitted, to: store, db) }
         } catch {
@@ -92,7 +92,8 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     private static func push(_ admission: Admission, to store: String, _ db: Database) throws -> PushOutcome {
         let table = try Table(db: db, store: store)
-        let decision = CloudLedger.decide(admission, current: try table.current(admission.keys), state: table.state)
+        let (current, unreadable) = try table.current(admission.keys)
+        let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
         try table.apply(decision)
         return decision.outcome
     }
@@ -215,18 +216,25 @@ public final class SQLiteCloudStorage: CloudStorage {
             try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store]).map { try limits($0) }
         }
 
-        /// The stored latest change of each of `keys` that has one.
-        func current(_ keys: Set<String>) throws -> [String: StampedChange] {
+        /// The stored latest change of each of `keys` that has one, and why for each whose row
+        /// cannot be read.
+        func current(_ keys: Set<String>) throws -> (rows: [String: StampedChange], unreadable: [String: String]) {
             let statement = try db.cachedStatement(sql: """
                 SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device FROM cloudChange
                 WHERE store = ? AND key = CAST(? AS TEXT)
                 """)
             var rows = [String: StampedChange]()
+            var unreadable = [String: String]()
             for key in keys {
                 // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
-                if let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) { rows[key] = try SQLiteCloudStorage.change(row) }
+                guard let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) else { continue }
+                do {
+                    rows[key] = try SQLiteCloudStorage.change(row)
+                } catch {
+                    unreadable[key] = String(describing: error)
+                }
             }
-            return rows
+            return (rows, unreadable)
         }
 
         func apply(_ decision: PushDecision) throws {

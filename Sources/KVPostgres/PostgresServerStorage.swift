@@ -114,7 +114,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
-        let admitted = CloudLedger.admit(changes, policy: admission)
+        let admitted = ChangeAdmission.admit(changes, policy: admission)
         let keys = Array(admitted.keys.filter { !$0.utf8.contains(0) })  // text cannot hold NUL: refused below
         return try await run {
             try await client.withTransaction(logger: logger) { db in

@@ -74,8 +74,9 @@ public final class KeyValueStore: Sendable {
             // Opened once the database is ours (exclusive locking): nobody else replays it.
             let journal = try ChangeJournal(path: path + ".changes")
             let quarantine = try ChangeJournal(path: path + ".quarantine")
+            var refused = [ChangeJournal.Row]()
             let (loaded, device) = try database.write { db -> (State, String) in
-                try Self.record(journaled: journal.pending, quarantine: quarantine, db)
+                refused = try Self.record(journaled: journal.pending, db)
                 if let limits { try Self.saveLimits(limits, db) }
                 let device = try Self.deviceID(db)
                 let records = try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection)
@@ -99,6 +100,7 @@ public final class KeyValueStore: Sendable {
                     quarantine: quarantine)
                 return (state, device)
             }
+            if !refused.isEmpty { try quarantine.append(refused) }
             journal.clear()
             deviceID = device
             state = Mutex(loaded)
@@ -464,12 +466,12 @@ public final class KeyValueStore: Sendable {
     /// COMMIT are cached statements: GRDB's `write` prepares them anew each time.
     private func write(_ state: inout State, _ updates: (Database) throws -> Void) throws(StoreError) {
         let journaled = state.journal.pending
-        let quarantine = state.quarantine
+        var refused = [ChangeJournal.Row]()
         do {
             try database.writeWithoutTransaction { db in
                 try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
                 do {
-                    try Self.record(journaled: journaled, quarantine: quarantine, db)
+                    refused = try Self.record(journaled: journaled, db)
                     try updates(db)
                     try db.cachedStatement(sql: "COMMIT").execute()
                 } catch {
@@ -481,15 +483,18 @@ public final class KeyValueStore: Sendable {
         } catch {
             throw .database(String(describing: error))
         }
+        // Kept once the rest is committed (a rolled-back attempt would keep them twice), and
+        // before the journal that still holds them is emptied.
+        if !refused.isEmpty { try state.quarantine.append(refused) }
         if !journaled.isEmpty { state.journal.clear() }
     }
 
-    /// Writes the journal's rows. A row the schema refuses goes to `quarantine` (before the
-    /// transaction commits) rather than being left to keep the journal from ever emptying and
-    /// the store from opening, or being dropped. The rules the schema checks hold for every
-    /// change a commit takes (local keys are checked, and remotes check theirs), so this guards
-    /// against the two ever disagreeing, as SQLite's length() and NUL once did.
-    private static func record(journaled rows: [ChangeJournal.Row], quarantine: ChangeJournal, _ db: Database) throws {
+    /// Writes the journal's rows; returns those the schema refuses, for the quarantine, rather
+    /// than leaving them to keep the journal from ever emptying and the store from opening, or
+    /// dropping them. The rules the schema checks hold for every change a commit takes (local
+    /// keys are checked, and remotes check theirs), so this guards against the two ever
+    /// disagreeing, as SQLite's length() and NUL once did.
+    private static func record(journaled rows: [ChangeJournal.Row], _ db: Database) throws -> [ChangeJournal.Row] {
         var refused = [ChangeJournal.Row]()
         for row in rows {
             do {
@@ -498,7 +503,7 @@ public final class KeyValueStore: Sendable {
                 refused.append(row)
             }
         }
-        if !refused.isEmpty { try quarantine.append(refused) }
+        return refused
     }
 
     /// Committed changes the database refused to take from the journal, oldest first: kept in

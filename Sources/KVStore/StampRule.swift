@@ -3,7 +3,9 @@
 ///
 /// - `time`: milliseconds since 1970, from 0 up to the end of year 9999, and no more than the
 ///   skew (`maximumSkew` unless configured) ahead of the receiver's clock: a device whose clock
-///   runs ahead cannot make its changes win for years, nor pin every other device's clock.
+///   runs ahead cannot make its changes win for years, nor pin every other device's clock. The
+///   one exception is a stamp that succeeds the key's current one (at most a millisecond
+///   later): a write replacing a change already stamped ahead is not refused for being later.
 /// - `counter`: 0 to 2^31−1.
 /// - `device`: 1 to 64 bytes of ASCII letters, digits, `-`, `_`, `.` and `:`.
 public struct StampRule: Sendable, Equatable {
@@ -20,17 +22,28 @@ public struct StampRule: Sendable, Equatable {
         self.skew = skew
     }
 
-    /// Refuses a stamp outside the rule, given the receiver's clock in milliseconds.
-    public func check(_ stamp: ChangeStamp, now: Int64) throws(StoreError) {
+    /// Refuses a stamp outside the rule, given the receiver's clock in milliseconds and the
+    /// key's current stamp there.
+    public func check(_ stamp: ChangeStamp, now: Int64, current: ChangeStamp? = nil) throws(StoreError) {
+        try checkFields(stamp)
+        try checkSkew(stamp, now: now, current: current)
+    }
+
+    /// The parts of the rule that need no clock: the time's range, the counter, the device id.
+    public func checkFields(_ stamp: ChangeStamp) throws(StoreError) {
         guard stamp.time >= 0, stamp.time <= Self.latestTime else {
             throw .invalidStamp("its time \(stamp.time) is outside 1970 to 9999")
         }
-        let latest = Self.latestAcceptable(physical: now, skew: skew)
-        guard stamp.time <= latest else {
-            throw .invalidStamp("its time is \(stamp.time - now) ms ahead of this clock (at most \(skew) ms allowed)")
-        }
         guard stamp.counter >= 0 else { throw .invalidStamp("its counter \(stamp.counter) is negative") }
         try Self.checkDevice(stamp.device)
+    }
+
+    /// The skew, for a stamp whose fields are in range.
+    public func checkSkew(_ stamp: ChangeStamp, now: Int64, current: ChangeStamp?) throws(StoreError) {
+        guard stamp.time > Self.latestAcceptable(physical: now, skew: skew) else { return }
+        if let current, stamp.time <= current.time.addingReportingOverflow(1).partialValue { return }
+        let (ahead, overflow) = stamp.time.subtractingReportingOverflow(now)
+        throw .invalidStamp("its time is \(overflow ? "far" : "\(ahead) ms") ahead of this clock (at most \(skew) ms allowed)")
     }
 
     /// The greatest time a stamp may have when the clock reads `physical`; never overflows.

@@ -46,12 +46,12 @@ public final class SyncEngine: Sendable {
         self.applier = applier
         self.onEvent = onEvent
         self.debounce = debounce
-        // Only where the watch starts: a cursor that cannot be read here is read again (and its
-        // failure met) by the first round.
-        knownRemoteCursor = Atomic((try? store.setting(Self.cursorSetting)).flatMap { $0.flatMap { Int64($0) } } ?? 0)
+        knownRemoteCursor = Atomic(Self.unknownCursor)
     }
 
     static let cursorSetting = "sync.cursor"
+    /// `knownRemoteCursor` before the watch has read the stored one.
+    private static let unknownCursor: Int64 = -1
     static let remoteSetting = "sync.remote"
 
     public var status: Status { state.withLock { $0 } }
@@ -140,6 +140,10 @@ public final class SyncEngine: Sendable {
         var generator = SystemRandomNumberGenerator()
         while !Task.isCancelled {
             do {
+                if knownRemoteCursor.load(ordering: .relaxed) == Self.unknownCursor {
+                    let stored = try store.setting(Self.cursorSetting).flatMap { Int64($0) } ?? 0
+                    knownRemoteCursor.compareExchange(expected: Self.unknownCursor, desired: stored, ordering: .relaxed)
+                }
                 let seen = knownRemoteCursor.load(ordering: .relaxed)
                 if try await remote.waitForChanges(after: seen, timeout: .seconds(10)) {
                     // A round moved the cursor meanwhile (our own push, say): look again from there.
@@ -261,7 +265,7 @@ public final class SyncEngine: Sendable {
     /// Each one that does not is reported (an event with the reason) and passed over: the
     /// remote holds it as it is, so fetching it again would give the same.
     private func admit(_ batch: ChangeBatch) -> [StampedChange] {
-        let admission = CloudLedger.admit(batch.changes, policy: .fetched)
+        let admission = ChangeAdmission.admit(batch.changes, policy: .fetched)
         if !admission.refused.isEmpty || !batch.unreadable.isEmpty {
             let reasons = admission.refused.map { "\($0.change.key.debugDescription): \($0.reason)" } + batch.unreadable
             onEvent(SyncEvent(reason: .refusedRemoteChange, keys: admission.refused.map(\.change.key).sorted(),

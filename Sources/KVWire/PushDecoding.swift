@@ -11,7 +11,7 @@ public enum WireLimits {
     /// A key, in UTF-8 bytes. (A store's own key-name quota is judged per change, later.)
     public static let maximumKeyBytes = 1024
     /// A change stamp's device id, in UTF-8 bytes.
-    public static let maximumDeviceBytes = 128
+    public static let maximumDeviceBytes = StampRule.maximumDeviceBytes
     /// Arrays and objects inside one another in a push (a push itself needs 4).
     public static let maximumNesting = 16
     /// A bearer token, in bytes.

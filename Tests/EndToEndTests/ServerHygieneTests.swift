@@ -86,7 +86,7 @@ struct ServerHygieneTests {
         }
     }
 
-    @Test("a push of more than 10,000 changes, or with a device id over 128 bytes, is refused whole with 400 and its reason")
+    @Test("a push of more than 10,000 changes, or with a device id over 64 bytes, is refused whole with 400 and its reason")
     func boundedPush() throws {
         try withServer { (server, token, dir) throws in
             func push(_ changes: [StampedChange]) throws -> String {
@@ -102,7 +102,7 @@ struct ServerHygieneTests {
             let many = try push((0..<10_001).map { change("k\($0)") })
             #expect(many.hasSuffix(" 400") && many.contains("10001 changes, over the limit of 10000"), "\(many.prefix(300))")
             let device = try push([change("fine"), change("long", device: String(repeating: "d", count: 129))])
-            #expect(device.hasSuffix(" 400") && device.contains("change 1 (key long): the device id is 129 bytes, over the limit of 128"),
+            #expect(device.hasSuffix(" 400") && device.contains("change 1 (key long): the device id is 129 bytes, over the limit of 64"),
                     "\(device.prefix(300))")
             let held = try shell("curl -sf -H 'Authorization: Bearer \(token)' '\(server.url)/v1/alice/default/changes'").standardOutput
             struct Batch: Decodable { var changes: [StampedChange] }

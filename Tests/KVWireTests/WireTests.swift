@@ -45,12 +45,12 @@ struct WireTests {
         #expect(try decodePush(body(Array(many.prefix(10_000)))).changes.count == 10_000)
     }
 
-    @Test("device ids of 1 to 128 bytes are read; an empty or longer one is refused, naming the change")
+    @Test("device ids of 1 to 64 bytes (the stamp rule's) are read; an empty or longer one is refused, naming the change")
     func deviceLength() throws {
-        #expect(try decodePush(body([change(device: String(repeating: "d", count: 128))])).changes.count == 1)
-        let long = refusal(body([change("first"), change("second", device: String(repeating: "d", count: 129))]))
-        #expect(long == .invalidChange(index: 1, key: "second", reason: "the device id is 129 bytes, over the limit of 128"))
-        #expect(long?.description == "change 1 (key second): the device id is 129 bytes, over the limit of 128")
+        #expect(try decodePush(body([change(device: String(repeating: "d", count: 64))])).changes.count == 1)
+        let long = refusal(body([change("first"), change("second", device: String(repeating: "d", count: 65))]))
+        #expect(long == .invalidChange(index: 1, key: "second", reason: "the device id is 65 bytes, over the limit of 64"))
+        #expect(long?.description == "change 1 (key second): the device id is 65 bytes, over the limit of 64")
         #expect(refusal(body([change(device: "")])) == .invalidChange(index: 0, key: "k", reason: "the stamp has no device id"))
     }
 

@@ -268,3 +268,56 @@ struct UnreadableRowTests {
         }
     }
 }
+
+@Suite("What a push may cost", .timeLimit(.minutes(1)))
+struct PushCostTests {
+    /// A binary property list: a 230-byte string, an array of 500 references to it, and an
+    /// array of 500 references to that: 1.5 KB that decodes to about 60 MB.
+    static func sharedReferences() -> [UInt8] {
+        func twoBytes(_ value: Int) -> [UInt8] { [UInt8(value >> 8), UInt8(value & 0xFF)] }
+        let string = [0x5F, 0x11, 0x00, 0xE6] + [UInt8](repeating: UInt8(ascii: "x"), count: 230)
+        let inner = [0xAF, 0x11] + twoBytes(500) + [UInt8](repeating: 0, count: 500)
+        let outer = [0xAF, 0x11] + twoBytes(500) + [UInt8](repeating: 1, count: 500)
+        var bytes = Array("bplist00".utf8)
+        var offsets = [UInt8]()
+        for object in [string, inner, outer] {
+            offsets += twoBytes(bytes.count)
+            bytes += object
+        }
+        let table = bytes.count
+        bytes += offsets
+        bytes += [0, 0, 0, 0, 0, 0, 2, 1]
+        for field in [3, 2, table] { bytes += (0..<8).map { UInt8(truncatingIfNeeded: UInt64(field) >> (56 - 8 * $0)) } }
+        return bytes
+    }
+
+    @Test("a push of values that expand through shared references is refused within a bounded cost")
+    func sharedReferencesAreBounded() throws {
+        let storage = MemoryCloudStorage()
+        let bomb = Data(Self.sharedReferences())
+        let changes = (0..<50).map { StampedChange(key: "k\($0)", value: bomb, type: .array, stamp: ChangeStamp(time: 1000, counter: 0, device: "a")) }
+        let started = ContinuousClock.now
+        let outcome = try storage.push(changes, to: "default")
+        #expect(outcome.accepted.isEmpty && outcome.refused.count == 50)
+        #expect(outcome.refused.allSatisfy { $0.reason.contains("allowance") || $0.reason.contains("per-value limit") }, "\(outcome.refused.first?.reason ?? "")")
+        #expect(ContinuousClock.now - started < .seconds(20), "50 × 60 MB were not built")
+    }
+
+    @Test("a write to a key whose stamp is ahead of every clock succeeds it, and the remote takes that stamp")
+    func successorOfAStampAhead() throws {
+        let now = HostileChangeTests.now
+        let reading = Mutex(now + HostileChangeTests.tenYears)
+        let storage = MemoryCloudStorage(admission: AdmissionPolicy(now: { reading.withLock { $0 } }))
+        // Accepted while the remote's own clock read ten years ahead; then its clock is put right.
+        let ahead = change("k", "ahead", time: now + HostileChangeTests.tenYears)
+        #expect(try storage.push([ahead], to: "default").refused.isEmpty)
+        reading.withLock { $0 = now }
+        var clock = HybridLogicalClock(device: "b")
+        let next = clock.stamp(physical: now, after: ahead.stamp)
+        let write = StampedChange(key: "k", value: change("k", "mine", time: 0).value, type: .string, stamp: next)
+        let outcome = try storage.push([write, change("j", "ahead too", time: now + HostileChangeTests.tenYears)], to: "default")
+        #expect(outcome.accepted == [write], "the successor of the key's stamp is taken")
+        #expect(outcome.refused.map(\.change.key) == ["j"], "a stamp as far ahead for another key is not")
+        #expect(try storage.changes(in: "default", after: 0, limit: 10).changes == [write])
+    }
+}

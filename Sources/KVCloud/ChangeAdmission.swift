@@ -1,0 +1,130 @@
+import Foundation
+import KVStore
+
+/// Changes as a replica takes them in from elsewhere, before any row is read: each one that
+/// meets the change rule, in the form the replica keeps (its key in NFC, its value the
+/// canonical XML of what was sent), and a refusal with its reason for each one that does not.
+/// The stamp's skew, which depends on the key's current stamp, is checked by the decision.
+package struct Admission: Sendable {
+    /// Each change in the order given: admitted, or refused with the reason.
+    package var entries: [Result<StampedChange, RefusedChange>] = []
+    /// The stamp rule and the clock reading the skew is measured against.
+    package var stamps: StampRule
+    package var now: Int64
+
+    package struct RefusedChange: Error {
+        package var refusal: Refusal
+    }
+
+    /// The admitted changes.
+    package var changes: [StampedChange] {
+        entries.compactMap { entry in
+            guard case .success(let change) = entry else { return nil }
+            return change
+        }
+    }
+
+    /// The refusals, in order.
+    package var refused: [Refusal] {
+        entries.compactMap { entry in
+            guard case .failure(let refused) = entry else { return nil }
+            return refused.refusal
+        }
+    }
+
+    /// The keys whose current rows the decision needs: those of refused changes too, so that
+    /// each refusal carries what the remote holds (the pusher rolls back to it).
+    package var keys: Set<String> {
+        Set(entries.map { entry in
+            switch entry {
+            case .success(let change): change.key
+            case .failure(let refused): KeyName.canonical(refused.refusal.change.key)
+            }
+        })
+    }
+}
+
+/// How a replica admits changes: the stamp rule and the clock it measures skew against.
+public struct AdmissionPolicy: Sendable {
+    public var stamps: StampRule
+    /// Milliseconds since 1970.
+    public var now: @Sendable () -> Int64
+
+    public init(stamps: StampRule = StampRule(), now: @escaping @Sendable () -> Int64 = AdmissionPolicy.systemTime) {
+        self.stamps = stamps
+        self.now = now
+    }
+
+    public static let standard = AdmissionPolicy()
+
+    /// For changes fetched from a remote, which decided them already: any time in the stamp
+    /// rule's range is taken (the local clock never adopts one beyond the skew).
+    public static let fetched = AdmissionPolicy(stamps: StampRule(skew: .max))
+
+    public static let systemTime: @Sendable () -> Int64 = {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+    }
+}
+
+/// The change rule at a replica's door: `KeyName`, the fields of `StampRule`, and the value
+/// rule of `PropertyListCodec`.
+package enum ChangeAdmission {
+    /// The most one value may decode to at any replica, whatever its store's quota.
+    package static let largestValue = 64 << 20
+    /// What a whole batch may decode to beyond twice the bytes it carries: shared references
+    /// cannot make a push of a few megabytes cost the replica more than this.
+    package static let batchAllowance = 8 << 20
+
+    /// Checks `changes` against the change rule, before any storage reads a row for them.
+    package static func admit(_ changes: [StampedChange], policy: AdmissionPolicy) -> Admission {
+        let now = policy.now()
+        var admission = Admission(stamps: policy.stamps, now: now)
+        let carried = changes.reduce(0) { $0 &+ ($1.value?.count ?? 0) }
+        var budget = batchAllowance &+ min(carried, Int.max / 4) &* 2
+        for change in changes {
+            do {
+                admission.entries.append(.success(try admit(change, rule: policy.stamps, budget: &budget)))
+            } catch {
+                admission.entries.append(.failure(.init(refusal: Refusal(change: change, current: nil, reason: String(describing: error)))))
+            }
+        }
+        return admission
+    }
+
+    private static func admit(_ change: StampedChange, rule: StampRule, budget: inout Int) throws(StoreError) -> StampedChange {
+        try rule.checkFields(change.stamp)
+        guard !change.key.isEmpty else { throw .emptyKey }
+        var admitted = change
+        admitted.key = KeyName.canonical(change.key)
+        guard let value = change.value else {
+            if change.type != nil { throw .invalidPropertyList("a tombstone has no type") }
+            return admitted
+        }
+        guard value.count <= largestValue else { throw .valueTooLarge(size: value.count, limit: largestValue) }
+        let limit = min(largestValue, budget)
+        let decoded: PropertyListValue
+        do {
+            decoded = try PropertyListCodec.decode([UInt8](value), limits: PropertyListDecodingLimits(maxBytes: limit))
+        } catch {
+            // A refused value spends the allowance too, so that many of them cost no more.
+            guard case .valueTooLarge(let size, _) = error else {
+                budget -= value.count
+                throw error
+            }
+            budget -= size
+            if limit < largestValue {
+                throw .invalidPropertyList("the values of this batch decode to more than their allowance (\(size) bytes here)")
+            }
+            throw error
+        }
+        guard decoded.type == change.type else {
+            throw .invalidPropertyList("the value is a \(decoded.type.rawValue), not of type \(change.type?.rawValue ?? "none")")
+        }
+        let canonical = try PropertyListCodec.encodeXML(decoded)
+        budget -= canonical.count
+        if !canonical.elementsEqual(value) { admitted.value = Data(canonical) }
+        return admitted
+    }
+}
