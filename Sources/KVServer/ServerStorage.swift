@@ -66,7 +66,7 @@ public final class SQLiteServerStorage: ServerStorage {
 
     public init(path: String, admission: AdmissionPolicy = .standard) throws(CloudError) {
         // It holds the token hashes: 0600, even if an older kvsfs made it readable to others.
-        OwnerOnlyFile.restrict(path)
+        if let failure = OwnerOnlyFile.restrict(path) { throw .unavailable(failure) }
         cloud = try SQLiteCloudStorage(path: path, readers: 4, admission: admission)
         do {
             accounts = try SQLiteAccountStorage(path: path)

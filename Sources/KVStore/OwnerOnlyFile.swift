@@ -15,12 +15,16 @@ public enum OwnerOnlyFile {
 
     /// `create`, and takes group and other permissions off `path`, `path-wal` and `path-shm`
     /// where they exist and belong to this user: for a database made before files were 0600.
-    public static func restrict(_ path: String) {
+    /// Returns why, for a file whose permissions could not be taken off.
+    public static func restrict(_ path: String) -> String? {
         create(path)
         for file in [path, path + "-wal", path + "-shm"] {
             var info = stat()
             guard stat(file, &info) == 0, info.st_uid == geteuid(), info.st_mode & 0o077 != 0 else { continue }
-            _ = chmod(file, info.st_mode & 0o7700)
+            if chmod(file, info.st_mode & 0o7700) != 0 {
+                return "cannot make \(file) readable by its owner only: \(String(cString: strerror(errno)))"
+            }
         }
+        return nil
     }
 }

@@ -2,9 +2,9 @@ import Foundation
 import KVCloud
 import KVStore
 
-// What `kvsfs serve` and its clients (HTTPRemote, kvsfs-load) say to each other: the paths,
-// the JSON bodies, and the server's reading of requests. No NIO here: the fuzzer and the
-// client link it as they are.
+// What `kvsfs serve` and its clients (HTTPRemote, kvsfs-load) say to each other: the paths
+// and the JSON bodies. (The server's reading of requests is in PushDecoding.swift and
+// RequestReading.swift.) No NIO in this module: the fuzzer and the client link it as they are.
 
 /// The paths of the sync protocol (see `SyncServer` for what each answers).
 public enum WirePath {

@@ -456,8 +456,13 @@ struct CorpusDifferentialTests {
     func roundTrips() throws {
         for name in try Corpus.names() where !name.hasPrefix("hostile-") {
             guard case .success(let value) = decode(try Corpus.bytes(name)) else { continue }
-            if let canonical = try? PropertyListCodec.encodeXML(value) {
+            // A value XML cannot carry (a control character read from a binary list) is the one
+            // reason the XML half may not apply.
+            switch Result(catching: { () throws(StoreError) in try PropertyListCodec.encodeXML(value) }) {
+            case .success(let canonical):
                 #expect(decode(canonical).map { same($0, value) } == .success(true), "\(name) as XML")
+            case .failure(let error):
+                #expect(String(describing: error).contains("cannot carry"), "\(name): \(error)")
             }
             let binary = try PropertyListCodec.encodeBinary(value)
             #expect(decode(binary).map { same($0, value) } == .success(true), "\(name) as binary")
