@@ -93,6 +93,10 @@ public final class HTTPRemote: Remote {
         var at: ContinuousClock.Instant
     }
 
+    public func discardPrefetched() {
+        prefetched.withLock { $0 = nil }
+    }
+
     private func takePrefetched(after cursor: Int64) -> ChangeBatch? {
         prefetched.withLock { prefetched in
             defer { prefetched = nil }

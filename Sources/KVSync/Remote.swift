@@ -15,10 +15,14 @@ public protocol Remote: Sendable {
     func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool
     /// Why this device may only read the store (a read-only token), or nil when it may write.
     func readOnlyReason() async throws -> String?
+    /// Forgets any batch a wait fetched ahead, so that the next fetch asks the remote itself:
+    /// what `synchronize()` returns after must include everything the remote had when called.
+    func discardPrefetched()
 }
 
 extension Remote {
     public func readOnlyReason() async throws -> String? { nil }
+    public func discardPrefetched() {}
 }
 
 /// Why a remote could not serve a request.

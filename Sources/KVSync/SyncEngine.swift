@@ -106,6 +106,8 @@ public final class SyncEngine: Sendable {
     /// `synchronize()`: pushes what is pending and fetches what is new, now. Throws the
     /// remote's error when it cannot be reached.
     public func synchronize() async throws {
+        // A batch an event stream delivered before this call may not be all the remote has now.
+        remote.discardPrefetched()
         try await cycle()
     }
 

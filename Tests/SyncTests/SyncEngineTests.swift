@@ -250,3 +250,44 @@ final class RestorableStorage: CloudStorage {
     func limits(of store: String) throws(CloudError) -> QuotaLimits { try storage.limits(of: store) }
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) { try storage.setLimits(limits, of: store) }
 }
+
+/// A remote whose fetches answer from a batch received ahead (as an event stream's) until told
+/// to forget it: the remote itself has one change more.
+final class PrefetchingRemote: Remote {
+    private let stale: ChangeBatch
+    private let fresh: ChangeBatch
+    private let discarded = Mutex(false)
+    init(stale: ChangeBatch, fresh: ChangeBatch) {
+        self.stale = stale
+        self.fresh = fresh
+    }
+    var description: String { "prefetching" }
+    func identity() async throws -> String { "prefetching" }
+    func push(_ changes: [StampedChange]) async throws -> PushOutcome { PushOutcome(accepted: changes) }
+    func fetch(after cursor: Int64) async throws -> ChangeBatch {
+        let batch = discarded.withLock { $0 } ? fresh : stale
+        return cursor < batch.cursor ? batch : ChangeBatch(changes: [], cursor: cursor, complete: true)
+    }
+    func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+        try await Task.sleep(for: timeout)
+        return false
+    }
+    func discardPrefetched() { discarded.withLock { $0 = true } }
+}
+
+@Suite("What synchronize() promises", .timeLimit(.minutes(1)))
+struct SynchronizePromiseTests {
+    @Test("synchronize() returns only once every change the remote had when called is in the store, not a prefetched part")
+    func noPrefetchedShortcut() async throws {
+        try await withTemporaryDirectory { dir in
+            let first = change("a", "one", time: 1000, device: "other")
+            let second = change("b", "two", time: 1001, device: "other")
+            let remote = PrefetchingRemote(stale: ChangeBatch(changes: [first], cursor: 1, complete: true),
+                                           fresh: ChangeBatch(changes: [first, second], cursor: 2, complete: true))
+            let store = try makeStore(in: dir)
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store))
+            try await engine.synchronize()
+            #expect(store.keys() == ["a", "b"])
+        }
+    }
+}
