@@ -316,30 +316,28 @@ public final class KeyValueStore: Sendable {
     public func markPending(_ keys: [String]) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
             let keys = keys.filter { state.changes[$0] != nil && state.changes[$0]?.syncState != .pending }
-            guard !keys.isEmpty else { return }
-            try write(&state) { db in
-                let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = 'pending' WHERE key = ?")
-                for key in keys {
-                    let row = DirectBinding(update)
-                    row.bind(1, key)
-                    try row.run(in: db)
-                }
-            }
-            for key in keys { state.changes[key]?.syncState = .pending }
+            try setSyncState(.pending, for: keys, in: &state)
         }
     }
 
     private func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
+        try setSyncState(.synced, for: keys, in: &state)
+    }
+
+    /// Sets where the latest change of each of `keys` stands with the remote, in the database
+    /// (after the journal) and in the index.
+    private func setSyncState(_ syncState: SyncState, for keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
         try write(&state) { db in
-            let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = 'synced' WHERE key = ?")
+            let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = ? WHERE key = ?")
             for key in keys {
                 let row = DirectBinding(update)
-                row.bind(1, key)
+                row.bind(1, syncState.rawValue)
+                row.bind(2, key)
                 try row.run(in: db)
             }
         }
-        for key in keys { state.changes[key]?.syncState = .synced }
+        for key in keys { state.changes[key]?.syncState = syncState }
     }
 
     /// Takes in changes made elsewhere. With `.merge`, a change replaces the key's value only
