@@ -122,9 +122,9 @@ package enum ChangeAdmission {
         guard decoded.type == change.type else {
             throw .invalidPropertyList("the value is a \(decoded.type.rawValue), not of type \(change.type?.rawValue ?? "none")")
         }
-        let canonical = try PropertyListCodec.encodeXML(decoded)
+        let canonical = Data(try PropertyListCodec.encodeXML(decoded))
         budget -= canonical.count
-        if !canonical.elementsEqual(value) { admitted.value = Data(canonical) }
+        if canonical != value { admitted.value = canonical }  // Data's == compares memory at once
         return admitted
     }
 }
