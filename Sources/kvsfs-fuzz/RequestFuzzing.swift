@@ -1,3 +1,4 @@
+import KVCloud
 import KVStore
 import KVWire
 
@@ -5,7 +6,8 @@ import KVWire
 /// string or an `Authorization` header, the rest is it.
 ///
 /// Invariants: nothing traps; a push that is read re-encodes (as a client sends it) to bodies
-/// that read back as the same changes; a query's values are within their ranges and read back
+/// that read back as the same changes, and the change rule (`ChangeAdmission`) admits or
+/// refuses each of them, admitted ones with NFC keys and canonical values; a query's values are within their ranges and read back
 /// from the query a client writes for them; a bearer token read is one a header carries back.
 enum RequestFuzzing {
     static func run(_ bytes: [UInt8]) {
@@ -35,6 +37,15 @@ enum RequestFuzzing {
             }
         }
         guard again == push.changes else { fatalError("a push encoded again reads as other changes: \(push.changes) → \(again)") }
+        let admission = ChangeAdmission.admit(push.changes, policy: .standard)
+        guard admission.entries.count == push.changes.count else { fatalError("admission lost or added changes") }
+        for change in admission.changes {
+            guard KeyName.isCanonical(change.key) else { fatalError("admitted a key not in NFC: \(change.key.debugDescription)") }
+            let whole = PropertyListDecodingLimits(maxBytes: ChangeAdmission.largestValue)
+            if let value = change.value, (try? PropertyListCodec.decode(value, limits: whole)).flatMap({ try? PropertyListCodec.encodeXML($0) }) == nil {
+                fatalError("admitted a value that does not read back: \(change.key)")
+            }
+        }
     }
 
     private static func query(_ text: String) {
