@@ -32,6 +32,20 @@ public enum PropertyListValue: Hashable, Sendable {
     }
 }
 
+extension PropertyListValue {
+    /// Equality, except that NaN equals NaN: every NaN is written `nan`, so this is what a round
+    /// trip through either encoding keeps.
+    package func isSame(as other: PropertyListValue) -> Bool {
+        switch (self, other) {
+        case let (.real(x), .real(y)): x == y || (x.isNaN && y.isNaN)
+        case let (.array(xs), .array(ys)): xs.count == ys.count && zip(xs, ys).allSatisfy { $0.isSame(as: $1) }
+        case let (.dictionary(xs), .dictionary(ys)):
+            xs.count == ys.count && xs.allSatisfy { key, x in ys[key].map { x.isSame(as: $0) } ?? false }
+        default: self == other
+        }
+    }
+}
+
 /// The eight property-list types.
 public enum ValueType: String, Sendable, CaseIterable, Codable {
     case string, integer, real, boolean, date, data, array, dictionary

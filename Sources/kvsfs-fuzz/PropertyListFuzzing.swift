@@ -21,14 +21,5 @@ enum PropertyListFuzzing {
         }
     }
 
-    /// Equality, except that NaN equals NaN: every NaN is written `nan`.
-    static func same(_ a: PropertyListValue, _ b: PropertyListValue) -> Bool {
-        switch (a, b) {
-        case let (.real(x), .real(y)): x == y || (x.isNaN && y.isNaN)
-        case let (.array(xs), .array(ys)): xs.count == ys.count && zip(xs, ys).allSatisfy { same($0, $1) }
-        case let (.dictionary(xs), .dictionary(ys)):
-            xs.count == ys.count && xs.allSatisfy { key, x in ys[key].map { same(x, $0) } ?? false }
-        default: a == b
-        }
-    }
+    static func same(_ a: PropertyListValue, _ b: PropertyListValue) -> Bool { a.isSame(as: b) }
 }
