@@ -64,6 +64,8 @@ let package = Package(
         .executableTarget(name: "kvsfs-load", dependencies: [
             "KVStore", "KVCloud", "KVSync", "KVWire", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ]),
+        // The crash torture harness (scripts/torture): drives the kvsfs binary and its mount with POSIX calls.
+        .executableTarget(name: "kvsfs-torture"),
         .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "SyncTests", dependencies: [
