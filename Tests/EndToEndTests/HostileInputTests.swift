@@ -135,18 +135,11 @@ struct HostileInputTests {
     /// A server with account alice and one mount of alice's store `default`.
     private func withServer(_ backend: ServerBackend,
                             _ body: (ServerProcess, String, DaemonMount, TemporaryDirectory) throws -> Void) throws {
-        let dir = TemporaryDirectory("kvsfs-hostile")
-        defer { dir.remove() }
-        let database = try TestDatabase(backend, in: dir)
-        defer { database.remove() }
-        let server = try ServerProcess(database: database.url)
-        defer { server.stop() }
-        let token = try server.admin(["account", "create", "alice"])
-        try token.write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
-        let mount = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"),
-                                    extraArguments: ["--remote", server.url, "--token-file", dir.path + "/token"])
-        defer { mount.stop() }
-        try body(server, token, mount, dir)
+        try withTestServer(backend, label: "kvsfs-hostile") { fixture in
+            let mount = try fixture.mount("a")
+            defer { mount.stop() }
+            try body(fixture.server, fixture.token, mount, fixture.directory)
+        }
     }
 
     /// POSTs `changes` (JSON objects) to alice's `default` store; returns the body and the status.

@@ -9,24 +9,17 @@ struct ServerTests {
     /// A server with account alice, and mounts A and B of alice's store `default` through it.
     private func withServerAndMounts(_ backend: ServerBackend = .sqlite,
                                      _ body: (ServerProcess, String, DaemonMount, DaemonMount, TemporaryDirectory) throws -> Void) throws {
-        let dir = TemporaryDirectory("kvsfs-server")
-        defer { dir.remove() }
-        let database = try TestDatabase(backend, in: dir)
-        defer { database.remove() }
-        let server = try ServerProcess(database: database.url)
-        defer { server.stop() }
-        let token = try server.admin(["account", "create", "alice"])
-        try token.write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
-        let a = try mount("a", of: server, tokenFile: dir.path + "/token", in: dir)
-        defer { a.stop() }
-        let b = try mount("b", of: server, tokenFile: dir.path + "/token", in: dir)
-        defer { b.stop() }
-        try body(server, token, a, b, dir)
+        try withTestServer(backend) { fixture in
+            let a = try fixture.mount("a")
+            defer { a.stop() }
+            let b = try fixture.mount("b")
+            defer { b.stop() }
+            try body(fixture.server, fixture.token, a, b, fixture.directory)
+        }
     }
 
     private func mount(_ name: String, of server: ServerProcess, tokenFile: String, in dir: TemporaryDirectory, extraArguments: [String] = []) throws -> DaemonMount {
-        try DaemonMount(mountpoint: dir.subdirectory(name), dataDirectory: dir.subdirectory("data-" + name),
-                        extraArguments: ["--remote", server.url, "--token-file", tokenFile] + extraArguments)
+        try DaemonMount(name, in: dir, remote: server.url, tokenFile: tokenFile, extraArguments: extraArguments)
     }
 
     @Test("a change on one mount reaches the other through the server, with its inotify events and reason", arguments: ServerBackend.allCases)
