@@ -100,6 +100,7 @@ package enum CloudLedger {
             decision.outcome.accepted.append(change)
         }
         decision.outcome.cursorAfter = decision.state.cursor
+        decision.outcome.mark = decision.writes.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) }
         return decision
     }
 }

@@ -9,6 +9,11 @@ public protocol CloudStorage: Sendable {
     /// last synced with has changed account.
     func identity() throws(CloudError) -> String
 
+    /// Gives the remote a new id, once it was found to hold another history than a reader saw
+    /// (restored from a backup): every mount then resynchronises at its next look at the id,
+    /// not only those whose own marks found it out. Returns the new id.
+    func renewIdentity() throws(CloudError) -> String
+
     /// Offers changes to `store`. Each is accepted (recorded, or already superseded by a newer
     /// change: pushing twice is harmless) or refused because it would break a quota.
     func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome
@@ -19,6 +24,10 @@ public protocol CloudStorage: Sendable {
 
     /// The cursor of the store's newest accepted change (0 when it has none).
     func cursor(of store: String) throws(CloudError) -> Int64
+
+    /// The store's row for `key` as a mark (its latest change and the cursor it was accepted
+    /// at), nil when it has none: what a reader's `HistoryMark` is checked against.
+    func mark(in store: String, key: String) throws(CloudError) -> HistoryMark?
 
     func limits(of store: String) throws(CloudError) -> QuotaLimits
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError)
@@ -36,23 +45,28 @@ public struct PushOutcome: Sendable, Equatable, Codable {
     /// had fetched up to, every change up to `cursorAfter` is its own, and need not be fetched.
     public var cursorBefore: Int64?
     public var cursorAfter: Int64?
+    /// The last change this push stored, at `cursorAfter`: the pusher's history mark when it
+    /// takes `cursorAfter` as its cursor. Nil when the push stored nothing.
+    public var mark: HistoryMark?
 
     public init(accepted: [StampedChange] = [], refused: [Refusal] = [], notStored: [StampedChange] = [],
-                cursorBefore: Int64? = nil, cursorAfter: Int64? = nil) {
+                cursorBefore: Int64? = nil, cursorAfter: Int64? = nil, mark: HistoryMark? = nil) {
         self.accepted = accepted
         self.refused = refused
         self.notStored = notStored
         self.cursorBefore = cursorBefore
         self.cursorAfter = cursorAfter
+        self.mark = mark
     }
 }
 
 extension PushOutcome {
     private enum CodingKeys: String, CodingKey {
-        case accepted, refused, notStored, cursorBefore, cursorAfter
+        case accepted, refused, notStored, cursorBefore, cursorAfter, mark
     }
 
-    /// `notStored` may be missing: a server older than the field stores every tombstone.
+    /// `notStored` may be missing: a server older than the field stores every tombstone; and
+    /// `mark`: such a server checks no marks.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         accepted = try container.decode([StampedChange].self, forKey: .accepted)
@@ -60,6 +74,7 @@ extension PushOutcome {
         notStored = try container.decodeIfPresent([StampedChange].self, forKey: .notStored) ?? []
         cursorBefore = try container.decodeIfPresent(Int64.self, forKey: .cursorBefore)
         cursorAfter = try container.decodeIfPresent(Int64.self, forKey: .cursorAfter)
+        mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
     }
 }
 
@@ -88,25 +103,30 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
     /// Stored rows in this range that could not be read as changes (a row written outside the
     /// rules by another program), each with why: the reader reports them and goes on past them.
     public var unreadable: [String]
+    /// The last change in the batch, at its cursor: the reader's history mark from here on.
+    /// Nil when the batch has none (or its last row could not be read).
+    public var mark: HistoryMark?
 
-    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = []) {
+    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil) {
         self.changes = changes
         self.cursor = cursor
         self.complete = complete
         self.unreadable = unreadable
+        self.mark = mark
     }
 
     private enum CodingKeys: String, CodingKey {
-        case changes, cursor, complete, unreadable
+        case changes, cursor, complete, unreadable, mark
     }
 
-    /// `unreadable` may be missing: a server older than the field sends none.
+    /// `unreadable` and `mark` may be missing: a server older than the field sends none.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         changes = try container.decode([StampedChange].self, forKey: .changes)
         cursor = try container.decode(Int64.self, forKey: .cursor)
         complete = try container.decode(Bool.self, forKey: .complete)
         unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
+        mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
     }
 }
 
@@ -117,6 +137,17 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Changes were asked for after a cursor the store has not reached: the reader saw a
     /// history this store no longer has (it was emptied, replaced or restored from a backup).
     case cursorAhead(asked: Int64, store: Int64)
+    /// The reader's `HistoryMark` names another change than the one the store holds at its
+    /// cursor: the store's history is not the one the reader saw (restored, then written to).
+    case historyDiffers(seen: String, held: String)
+
+    /// Whether the error says the reader saw another history than the store's.
+    public var isHistoryMismatch: Bool {
+        switch self {
+        case .cursorAhead, .historyDiffers: true
+        default: false
+        }
+    }
 
     public var description: String {
         switch self {
@@ -124,6 +155,8 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
         case .invalidStoreName(let name): "invalid store name \(name)"
         case .cursorAhead(let asked, let store):
             "changes after cursor \(asked) were asked for, but the store's history ends at \(store)"
+        case .historyDiffers(let seen, let held):
+            "the reader saw \(seen), but the store holds \(held)"
         }
     }
 }

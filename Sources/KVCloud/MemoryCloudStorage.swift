@@ -12,15 +12,29 @@ public final class MemoryCloudStorage: CloudStorage {
     }
 
     private let stores = Mutex<[String: StoreRows]>([:])
-    private let id: String
+    private let id: Mutex<String>
     private let admission: AdmissionPolicy
 
     public init(identity: String = UUID().uuidString.lowercased(), admission: AdmissionPolicy = .standard) {
-        id = identity
+        id = Mutex(identity)
         self.admission = admission
     }
 
-    public func identity() throws(CloudError) -> String { id }
+    public func identity() throws(CloudError) -> String { id.withLock { $0 } }
+
+    public func renewIdentity() throws(CloudError) -> String {
+        let renewed = UUID().uuidString.lowercased()
+        id.withLock { $0 = renewed }
+        return renewed
+    }
+
+    /// A copy of everything held now, with the same identity: a backup to restore later.
+    public func snapshot() -> MemoryCloudStorage {
+        let copy = MemoryCloudStorage(identity: id.withLock { $0 }, admission: admission)
+        let held = stores.withLock { $0 }
+        copy.stores.withLock { $0 = held }
+        return copy
+    }
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
@@ -46,7 +60,15 @@ public final class MemoryCloudStorage: CloudStorage {
             if cursor > newest { throw .cursorAhead(asked: cursor, store: newest) }
             let newer = (stores[store]?.latest.values ?? [:].values).filter { $0.cursor > cursor }.sorted { $0.cursor < $1.cursor }
             let batch = newer.prefix(limit)
-            return ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit)
+            return ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit,
+                               mark: batch.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) })
+        }
+    }
+
+    public func mark(in store: String, key: String) throws(CloudError) -> HistoryMark? {
+        try StoreName.check(store)
+        return stores.withLock { stores in
+            stores[store]?.latest[key].map { HistoryMark(key: key, cursor: $0.cursor, stamp: $0.change.stamp) }
         }
     }
 

@@ -72,6 +72,16 @@ public final class SQLiteCloudStorage: CloudStorage {
         try run { try self.database.read { db in try String.fetchOne(db, sql: "SELECT value FROM cloudSetting WHERE name = 'identity'") ?? "" } }
     }
 
+    public func renewIdentity() throws(CloudError) -> String {
+        let renewed = UUID().uuidString.lowercased()
+        try run {
+            try self.database.write { db in
+                try db.execute(sql: "UPDATE cloudSetting SET value = ? WHERE name = 'identity'", arguments: [renewed])
+            }
+        }
+        return renewed
+    }
+
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
@@ -116,8 +126,11 @@ public final class SQLiteCloudStorage: CloudStorage {
                 for row in rows.prefix(limit) {
                     batch.cursor = try row.decode(forColumn: "cursor")
                     do {
-                        batch.changes.append(try Self.change(row))
+                        let change = try Self.change(row)
+                        batch.changes.append(change)
+                        batch.mark = HistoryMark(key: change.key, cursor: batch.cursor, stamp: change.stamp)
                     } catch {
+                        batch.mark = nil
                         // Passed on, not dropped: the reader reports it and goes on past it.
                         batch.unreadable.append("the row at cursor \(batch.cursor) cannot be read: \(error)")
                     }
@@ -132,6 +145,25 @@ public final class SQLiteCloudStorage: CloudStorage {
         return try run {
             try self.database.unsafeRead { db in
                 try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
+            }
+        }
+    }
+
+    public func mark(in store: String, key: String) throws(CloudError) -> HistoryMark? {
+        try StoreName.check(store)
+        return try run {
+            try self.database.unsafeRead { db in
+                // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
+                let row = try Row.fetchOne(db.cachedStatement(sql: """
+                    SELECT time, counter, CAST(device AS BLOB) AS device, cursor FROM cloudChange
+                    WHERE store = ? AND key = CAST(? AS TEXT)
+                    """), arguments: [store, Data(key.utf8)])
+                guard let row else { return nil }
+                let device: Data = try row.decode(forColumn: "device")
+                // A device id that is not UTF-8 still names another change than any mark does.
+                let stamp = ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"),
+                                        device: String(decoding: device, as: UTF8.self))
+                return HistoryMark(key: key, cursor: try row.decode(forColumn: "cursor"), stamp: stamp)
             }
         }
     }

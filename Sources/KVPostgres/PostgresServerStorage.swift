@@ -112,6 +112,14 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
     }
 
+    public func renewIdentity() async throws(CloudError) -> String {
+        let renewed = UUID().uuidString.lowercased()
+        try await run {
+            try await client.query("UPDATE kvsfs_setting SET value = \(renewed) WHERE name = 'identity'", logger: logger)
+        }
+        return renewed
+    }
+
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
@@ -173,12 +181,28 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                 changes.append(Self.change(row))
                 last = row.6
             }
+            let mark = changes.last.map { HistoryMark(key: $0.key, cursor: last, stamp: $0.stamp) }
             if changes.isEmpty {
                 // Past the store's newest change: asked by a reader that saw another history.
                 let newest = try await self.cursor(of: store)
                 if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
             }
-            return ChangeBatch(changes: changes, cursor: last, complete: !more)
+            return ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark)
+        }
+    }
+
+    public func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark? {
+        try StoreName.check(store)
+        // PostgreSQL's text holds no NUL: no row can have such a key.
+        guard !key.utf8.contains(0) else { return nil }
+        return try await run {
+            let rows = try await client.query("""
+                SELECT time, counter, device, cursor FROM kvsfs_change WHERE store = \(store) AND key = \(key)
+                """, logger: logger)
+            for try await (time, counter, device, cursor) in rows.decode((Int64, Int32, String, Int64).self) {
+                return HistoryMark(key: key, cursor: cursor, stamp: ChangeStamp(time: time, counter: counter, device: device))
+            }
+            return nil
         }
     }
 

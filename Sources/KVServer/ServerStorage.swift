@@ -9,9 +9,13 @@ public protocol ServerStorage: Sendable {
 
     /// The remote's stable id (see `CloudStorage.identity()`).
     func identity() async throws(CloudError) -> String
+    /// A new id (see `CloudStorage.renewIdentity()`).
+    func renewIdentity() async throws(CloudError) -> String
     func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome
     func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch
     func cursor(of store: String) async throws(CloudError) -> Int64
+    /// The row for `key` as a mark (see `CloudStorage.mark(in:key:)`).
+    func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark?
 
     /// Calls `changed` with the name of each store that gains changes through another server
     /// sharing this storage, until the task is cancelled. `resync` is called when some may
@@ -77,6 +81,8 @@ public final class SQLiteServerStorage: ServerStorage {
 
     public func identity() async throws(CloudError) -> String { try cloud.identity() }
 
+    public func renewIdentity() async throws(CloudError) -> String { try cloud.renewIdentity() }
+
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try await cloud.push(changes, to: store)
     }
@@ -86,6 +92,10 @@ public final class SQLiteServerStorage: ServerStorage {
     }
 
     public func cursor(of store: String) async throws(CloudError) -> Int64 { try cloud.cursor(of: store) }
+
+    public func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark? {
+        try cloud.mark(in: store, key: key)
+    }
 
     /// Nobody else writes this file: every change comes through this server.
     public func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async {}

@@ -18,18 +18,25 @@ import Synchronization
 ///     GET  /metrics                                  Prometheus text (no token needed)
 ///     GET  /v1/whoami                                {"account","store","readOnly"} of the token
 ///     GET  /v1/ACCOUNT/STORE/identity                {"identity"}: the account's remote id
-///     POST /v1/ACCOUNT/STORE/changes                 {"changes":[...]} -> {"accepted","refused"}
-///     GET  /v1/ACCOUNT/STORE/changes?after=N&limit=L[&wait=S]
+///     POST /v1/ACCOUNT/STORE/changes[?mark=M&mark-key=K]
+///                                                    {"changes":[...]} -> {"accepted","refused"}
+///     GET  /v1/ACCOUNT/STORE/changes?after=N[&mark=M&mark-key=K]&limit=L[&wait=S]
 ///                                                    {"changes","cursor","complete"}; with wait, a
 ///                                                    long poll: when there are none yet, answers
 ///                                                    when a change lands or after S seconds (≤ 60)
 ///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else the same
-///     GET  /v1/ACCOUNT/STORE/events?after=N          text/event-stream: `id: CURSOR` and
+///     GET  /v1/ACCOUNT/STORE/events?after=N[&mark=M&mark-key=K]
+///                                                    text/event-stream: `id: CURSOR` and
 ///                                                    `data: {changes,cursor,complete}` for every
 ///                                                    batch after N as it lands, `: keep-alive`
 ///                                                    every 10 s; the token is looked up again
 ///                                                    at most once a second, before an event or
 ///                                                    comment, so a revoked one ends it
+///
+/// A reader that sends its history mark (`HistoryMark`: a change it knows the store accepted,
+/// M its `position` and K its key) gets 409 when the store's row for that key does not fit
+/// it, as when `after` is past the store's newest change: the store's history is not the one
+/// the reader saw.
 public struct SyncServer: Sendable {
     public let storage: any ServerStorage
     public let accounts: AccountDirectory
@@ -74,8 +81,11 @@ public struct SyncServer: Sendable {
         }
         router.post(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
             let (stored, _) = try await address(request, context, write: true)
+            let mark = try wire { () throws(WireError) in try WireQuery(request.uri.query).mark() }
             let body = try await request.body.collect(upTo: WireLimits.maximumPushBytes)
             let push = try wire { () throws(WireError) in try decodePush(Array(body.readableBytesView)) }
+            // Nothing goes into a history that is not the pusher's: it resynchronises first.
+            if let mark { try await checkHistory(of: stored, after: 0, mark: mark) }
             let outcome = try await run { try await storage.push(push.changes, to: stored) }
             if !outcome.accepted.isEmpty { notifier.notify(stored) }
             metrics.pushes.increment()
@@ -91,7 +101,8 @@ public struct SyncServer: Sendable {
         router.get(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
             let (stored, _) = try await address(request, context, write: false)
             let query = WireQuery(request.uri.query)
-            let (after, limit) = try wire { () throws(WireError) in (try query.after(), try query.limit()) }
+            let (after, mark, limit) = try wire { () throws(WireError) in (try query.after(), try query.mark(), try query.limit()) }
+            try await checkHistory(of: stored, after: after, mark: mark)
             let batch = try await longPoll(stored, query, until: { !$0.changes.isEmpty }) {
                 try await storage.changes(in: stored, after: after, limit: limit)
             }
@@ -99,11 +110,11 @@ public struct SyncServer: Sendable {
         }
         router.get(RouterPath(WirePath.pattern(.events))) { request, context -> Response in
             let (stored, scope) = try await address(request, context, write: false)
-            let after = try wire { () throws(WireError) in try WireQuery(request.uri.query).after() }
+            let query = WireQuery(request.uri.query)
+            let (after, mark) = try wire { () throws(WireError) in (try query.after(), try query.mark()) }
             let token = try bearerToken(request)
-            // A stream from past the store's history is refused before it starts, as a fetch is.
-            let newest = try await run { try await storage.cursor(of: stored) }
-            if after > newest { throw HTTPError(.conflict, message: CloudError.cursorAhead(asked: after, store: newest).description) }
+            // A stream from another history is refused before it starts, as a fetch is.
+            try await checkHistory(of: stored, after: after, mark: mark)
             return Response(
                 status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
                 body: ResponseBody { writer in
@@ -235,7 +246,17 @@ public struct SyncServer: Sendable {
         }
     }
 
-    /// Storage failures as HTTP: a bad store name is 404, a cursor past the store's history
+    /// 409 unless the store's history is the one a reader saw: it reaches `after`, and its row
+    /// for the mark's key fits the mark.
+    private func checkHistory(of store: String, after: Int64, mark: HistoryMark?) async throws {
+        try await run {
+            let newest = try await storage.cursor(of: store)
+            if after > newest { throw CloudError.cursorAhead(asked: after, store: newest) }
+            if let mark { try mark.check(newest: newest, held: try await storage.mark(in: store, key: mark.key)) }
+        }
+    }
+
+    /// Storage failures as HTTP: a bad store name is 404, a history that is not the reader's
     /// 409 (the client resynchronises), anything else 503 with Retry-After.
     private func run<T>(_ body: () async throws -> T) async throws -> T {
         do {
@@ -243,8 +264,15 @@ public struct SyncServer: Sendable {
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
         } catch let error as CloudError {
-            // The client saw a history this store no longer has: it must resynchronise.
-            guard case .cursorAhead = error else { throw unavailable(error) }
+            guard error.isHistoryMismatch else { throw unavailable(error) }
+            // The client saw a history this store no longer has: it must resynchronise, and so
+            // must every other mount, whose marks may not show it. A new identity tells them.
+            do {
+                let renewed = try await storage.renewIdentity()
+                logger.warning("a client saw another history; the identity is now \(renewed)", metadata: ["reason": "\(error)"])
+            } catch {
+                logger.error("a client saw another history, and the identity could not be renewed", metadata: ["error": "\(error)"])
+            }
             throw HTTPError(.conflict, message: error.description)
         } catch {
             throw unavailable(error)

@@ -52,8 +52,8 @@ public final class HTTPRemote: Remote {
 
     /// One push, or several when the changes are more than the server takes in one
     /// (`WireLimits`): a device offline for long may have that many pending.
-    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
-        let path = try await storePath(.changes)
+    public func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+        let path = try await storePath(.changes) + (mark.map { WireQuery.encode(mark: $0) } ?? "")
         var outcomes: [PushResponse] = []
         for body in try encodePushes(changes) {
             outcomes.append(try await request(.POST, path, body: Data(body), as: PushResponse.self))
@@ -61,25 +61,29 @@ public final class HTTPRemote: Remote {
         return .joining(outcomes)
     }
 
-    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
+    /// A batch the event stream brought is checked already: the stream was opened with the
+    /// mark the caller had then, and everything it sends follows on from there.
+    public func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
         if let batch = takePrefetched(after: cursor) { return batch }
-        return try await request(.GET, storePath(.changes) + WireQuery.encode(after: cursor, limit: 4096), as: ChangesResponse.self)
+        return try await request(.GET, storePath(.changes) + WireQuery.encode(after: cursor, mark: mark, limit: 4096),
+                                 as: ChangesResponse.self)
     }
 
     /// The next batch of the server's event stream for this store (opened from `cursor`, and
     /// opened again whenever the caller's cursor is not where the stream has got to). The batch
     /// is kept for the fetch that follows, so that a change costs the mount no request at all.
     /// False after a keep-alive (every 10 s) with no change.
-    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
-        let stream = try await changeStream(from: cursor)
+    public func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
+        let stream = try await changeStream(from: cursor, mark: mark)
         guard let batch = try await stream.next(), !batch.changes.isEmpty else { return false }
         prefetched.withLock { $0 = Prefetched(after: cursor, batch: batch, at: .now) }
         return true
     }
 
-    private func changeStream(from cursor: Int64) async throws -> ChangeStream {
+    private func changeStream(from cursor: Int64, mark: HistoryMark?) async throws -> ChangeStream {
         if let open = stream.withLock({ $0 }), open.position == cursor, !open.isFinished { return open }
-        let opened = try await ChangeStream(response: send(.GET, storePath(.events) + WireQuery.encode(after: cursor), timeout: .hours(24 * 365)),
+        let path = try await storePath(.events) + WireQuery.encode(after: cursor, mark: mark)
+        let opened = try await ChangeStream(response: send(.GET, path, timeout: .hours(24 * 365)),
                                             from: cursor, base: base)
         stream.withLock { $0 = opened }
         return opened

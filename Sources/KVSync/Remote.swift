@@ -9,10 +9,17 @@ public protocol Remote: Sendable {
     var description: String { get }
     /// The remote's account id (see `CloudStorage.identity()`).
     func identity() async throws -> String
-    func push(_ changes: [StampedChange]) async throws -> PushOutcome
-    func fetch(after cursor: Int64) async throws -> ChangeBatch
-    /// Returns true as soon as the remote has changes after `cursor`, false after `timeout`.
-    func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool
+    /// Offers changes to the remote. With the pusher's `mark`, throws `historyMismatch`
+    /// instead, pushing nothing, when the remote's history is not the one the pusher saw (as
+    /// `fetch` checks it): changes pushed into another history would hide that it lost some.
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome
+    /// The changes after `cursor`. With the caller's `mark` (the latest change it knows the
+    /// remote accepted), throws `historyMismatch` when the remote's row for the mark's key does
+    /// not fit it, as when it has not reached `cursor`.
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch
+    /// Returns true as soon as the remote has changes after `cursor`, false after `timeout`;
+    /// `mark` as for `fetch`.
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool
     /// Why this device may only read the store (a read-only token), or nil when it may write.
     func readOnlyReason() async throws -> String?
     /// Forgets any batch a wait fetched ahead, so that the next fetch asks the remote itself:
@@ -23,6 +30,20 @@ public protocol Remote: Sendable {
 extension Remote {
     public func readOnlyReason() async throws -> String? { nil }
     public func discardPrefetched() {}
+
+    /// A push with no history mark to check.
+    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
+        try await push(changes, mark: nil)
+    }
+
+    /// Every change after `cursor`, with no history mark to check.
+    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
+        try await fetch(after: cursor, mark: nil)
+    }
+
+    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+        try await waitForChanges(after: cursor, mark: nil, timeout: timeout)
+    }
 }
 
 /// Why a remote could not serve a request.
@@ -39,7 +60,8 @@ public enum RemoteError: Error, Equatable, Sendable, CustomStringConvertible {
     /// retrying does not help until something changes, so retries back off.
     case refused(String)
     /// The remote's history is not the one this mount saw: it has not reached the mount's
-    /// cursor (emptied, replaced, restored from a backup). The mount resynchronises.
+    /// cursor, or holds another change than the mount's mark (emptied, replaced, restored
+    /// from a backup). The mount resynchronises.
     case historyMismatch(String)
 
     public var retryAfter: Duration? {
@@ -92,15 +114,27 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
         try withStorage { storage throws(CloudError) in try storage.identity() }
     }
 
-    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
-        try withStorage { storage throws(CloudError) in try storage.push(changes, to: store) }
+    public func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+        try withStorage { storage throws(CloudError) in
+            try check(mark, in: storage)
+            return try storage.push(changes, to: store)
+        }
     }
 
-    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
-        try withStorage { storage throws(CloudError) in try storage.changes(in: store, after: cursor, limit: 4096) }
+    public func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+        try withStorage { storage throws(CloudError) in
+            try check(mark, in: storage)
+            return try storage.changes(in: store, after: cursor, limit: 4096)
+        }
     }
 
-    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+    private func check(_ mark: HistoryMark?, in storage: any CloudStorage) throws(CloudError) {
+        guard let mark else { return }
+        try mark.check(newest: try storage.cursor(of: store), held: try storage.mark(in: store, key: mark.key))
+    }
+
+    /// The mark is checked by the fetch that follows a wake-up.
+    public func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
         let deadline = clock.now.advanced(by: timeout)
         func changed() throws -> Bool {
             try withStorage({ storage throws(CloudError) in try storage.cursor(of: store) }) > cursor
@@ -145,7 +179,16 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
             }
             return try body(opened)
         } catch {
-            if case .cursorAhead = error { throw .historyMismatch(error.description) }
+            if error.isHistoryMismatch {
+                let mismatch = error
+                // Every other mount of this remote must resynchronise too: a new identity tells them.
+                do {
+                    _ = try storage.withLock { $0 }?.renewIdentity()
+                } catch {
+                    throw .historyMismatch("\(mismatch.description); and the remote's identity could not be renewed: \(error)")
+                }
+                throw .historyMismatch(mismatch.description)
+            }
             storage.withLock { $0 = nil }
             throw .unreachable(error.description)
         }

@@ -8,8 +8,9 @@ import Synchronization
 /// every external change as a `SyncEvent`, and retries with backoff and jitter while the
 /// remote cannot be reached, honouring a retry-after the remote gives.
 ///
-/// Settings kept in the store: `sync.cursor` (the remote cursor fetched up to) and
-/// `sync.remote` (the identity of the remote synced with; another one means a resynchronisation).
+/// Settings kept in the store: `sync.cursor` (the position in the remote's history fetched up
+/// to: a `SyncPosition`) and `sync.remote` (the identity of the remote synced with; another one
+/// means a resynchronisation).
 public final class SyncEngine: Sendable {
     /// How the engine stands, for `user.kvsfs.sync` on the mount's root.
     public struct Status: Sendable, Equatable {
@@ -30,7 +31,8 @@ public final class SyncEngine: Sendable {
     private let wake = WakeSignal()
     private let tasks = Mutex<[Task<Void, Never>]>([])
     private let state = Mutex(Status(lastError: nil, lastSync: nil, initialSyncDone: false, lastIncident: nil))
-    private let knownRemoteCursor: Atomic<Int64>
+    /// The position last recorded, nil until the watch has read the stored one.
+    private let knownPosition = Mutex<SyncPosition?>(nil)
     private let clock: any Clock<Duration>
     private let minimumInterval: Duration = .milliseconds(10)
     private let lastAccountCheck = Mutex<ContinuousClock.Instant?>(nil)
@@ -46,13 +48,22 @@ public final class SyncEngine: Sendable {
         self.applier = applier
         self.onEvent = onEvent
         self.debounce = debounce
-        knownRemoteCursor = Atomic(Self.unknownCursor)
     }
 
     static let cursorSetting = "sync.cursor"
-    /// `knownRemoteCursor` before the watch has read the stored one.
-    private static let unknownCursor: Int64 = -1
     static let remoteSetting = "sync.remote"
+
+    /// The position recorded in the store; nil before the first fetch (or for a setting that
+    /// is not a position, which the next fetch from the start then replaces).
+    private func storedPosition() throws -> SyncPosition? {
+        try store.setting(Self.cursorSetting).flatMap { SyncPosition(setting: $0) }
+    }
+
+    /// Records where the mount now stands, in the store and for the watch.
+    private func record(_ position: SyncPosition) throws {
+        try store.setSetting(Self.cursorSetting, to: try position.setting)
+        knownPosition.withLock { $0 = position }
+    }
 
     public var status: Status { state.withLock { $0 } }
     public var remoteDescription: String { remote.description }
@@ -93,9 +104,7 @@ public final class SyncEngine: Sendable {
             if pending.isEmpty {
                 _ = try await remote.identity()  // reachable?
             } else {
-                let outcome = try await remote.push(pending)
-                try store.markPushed(outcome.accepted)
-                try store.forget(outcome.notStored)
+                _ = try await send(pending)
             }
         } catch {
             state.withLock { $0.lastError = String(describing: error) }
@@ -106,8 +115,11 @@ public final class SyncEngine: Sendable {
     /// `synchronize()`: pushes what is pending and fetches what is new, now. Throws the
     /// remote's error when it cannot be reached.
     public func synchronize() async throws {
-        // A batch an event stream delivered before this call may not be all the remote has now.
+        // A batch an event stream delivered before this call may not be all the remote has now;
+        // and the remote's identity may have changed since it was last looked at (another
+        // mount found its history was not the one they saw).
         remote.discardPrefetched()
+        lastAccountCheck.withLock { $0 = nil }
         try await cycle()
     }
 
@@ -142,22 +154,24 @@ public final class SyncEngine: Sendable {
         var generator = SystemRandomNumberGenerator()
         while !Task.isCancelled {
             do {
-                if knownRemoteCursor.load(ordering: .relaxed) == Self.unknownCursor {
-                    let stored = try store.setting(Self.cursorSetting).flatMap { Int64($0) } ?? 0
-                    knownRemoteCursor.compareExchange(expected: Self.unknownCursor, desired: stored, ordering: .relaxed)
+                if knownPosition.withLock({ $0 }) == nil {
+                    let stored = try storedPosition() ?? .start
+                    knownPosition.withLock { $0 = $0 ?? stored }
                 }
-                let seen = knownRemoteCursor.load(ordering: .relaxed)
-                if try await remote.waitForChanges(after: seen, timeout: .seconds(10)) {
+                let seen = knownPosition.withLock { $0 } ?? .start
+                if try await remote.waitForChanges(after: seen.cursor, mark: seen.mark, timeout: .seconds(10)) {
                     // A round moved the cursor meanwhile (our own push, say): look again from there.
-                    guard knownRemoteCursor.load(ordering: .relaxed) == seen else { continue }
+                    guard knownPosition.withLock({ $0 }) == seen else { continue }
                     wake.signal()
                     let deadline = ContinuousClock.now + .seconds(1)
-                    while knownRemoteCursor.load(ordering: .relaxed) == seen, ContinuousClock.now < deadline {
+                    while knownPosition.withLock({ $0 }) == seen, ContinuousClock.now < deadline {
                         try await Task.sleep(for: .milliseconds(1))
                     }
                 }
                 backoff.reset()
             } catch {
+                // Another history: the round that this starts finds it too, and resynchronises.
+                if case RemoteError.historyMismatch = error { wake.signal() }
                 try? await clock.sleep(for: backoff.next(using: &generator))
             }
         }
@@ -207,14 +221,14 @@ public final class SyncEngine: Sendable {
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     private func resynchronise(identity: String?, because reason: String) async throws {
-        var cursor: Int64 = 0
+        var position = SyncPosition.start
         var remoteChanges = [String: StampedChange]()
         while true {
-            let batch = try await remote.fetch(after: cursor)
+            let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
             for change in admit(batch) where remoteChanges[change.key].map({ change.stamp > $0.stamp }) ?? true {
                 remoteChanges[change.key] = change
             }
-            cursor = batch.cursor
+            position = position.after(batch)
             if batch.complete { break }
         }
         let lost = store.allChanges().filter { local in
@@ -223,26 +237,43 @@ public final class SyncEngine: Sendable {
         }
         try store.markPending(lost.map(\.key))
         let changed = try await apply(Array(remoteChanges.values), mode: .merge)
-        if let identity { try store.setSetting(Self.remoteSetting, to: identity) }
-        try store.setSetting(Self.cursorSetting, to: String(cursor))
-        knownRemoteCursor.store(cursor, ordering: .relaxed)
+        // The remote's identity as it is now: a remote that renewed it on finding another
+        // history (see `CloudStorage.renewIdentity()`) need not send this mount round again.
+        let current = if let identity { identity } else { try await remote.identity() }
+        try store.setSetting(Self.remoteSetting, to: current)
+        try record(position)
         let message = "\(reason): \(lost.count) local changes pushed again, no local value removed"
         state.withLock { $0.lastIncident = "\(SyncEvent.timeFormat.string(from: Date())) \(message)" }
         onEvent(SyncEvent(reason: .remoteReset, keys: Set(lost.map(\.key) + changed).sorted(), message: message))
+    }
+
+    /// Pushes `pending` with the mount's history mark, and records what became of it.
+    private func send(_ pending: [StampedChange]) async throws -> PushOutcome {
+        let known = try storedPosition()
+        let outcome = try await remote.push(pending, mark: known?.mark)
+        try store.markPushed(outcome.accepted)
+        try store.forget(outcome.notStored)
+        // What the push stored is known to be in the remote's history from now on; and when
+        // nobody else pushed since our last fetch, it is all ours: no need to fetch it. Before
+        // the first fetch there is no position yet: that fetch is the initial sync.
+        if outcome.mark != nil, let known {
+            let next = known.after(outcome)
+            if next != known { try record(next) }
+        }
+        return outcome
     }
 
     private func push() async throws {
         guard store.readOnly == nil else { return }
         let pending = store.pendingChanges()
         guard !pending.isEmpty else { return }
-        let outcome = try await remote.push(pending)
-        try store.markPushed(outcome.accepted)
-        try store.forget(outcome.notStored)
-        // Nobody else pushed since our last fetch: what the push added is ours, skip fetching it.
-        if let before = outcome.cursorBefore, let after = outcome.cursorAfter, after > before,
-           before == knownRemoteCursor.load(ordering: .relaxed) {
-            try store.setSetting(Self.cursorSetting, to: String(after))
-            knownRemoteCursor.store(after, ordering: .relaxed)
+        let outcome: PushOutcome
+        do {
+            outcome = try await send(pending)
+        } catch RemoteError.historyMismatch(let reason) {
+            // Found before anything was pushed into the other history: take it in first.
+            try await resynchronise(identity: nil, because: reason)
+            outcome = try await send(store.pendingChanges())
         }
         guard !outcome.refused.isEmpty else { return }
         // Roll each refused change back to what the remote holds (or to nothing).
@@ -279,14 +310,14 @@ public final class SyncEngine: Sendable {
     /// Fetches and applies what the remote accepted since the cursor. The very first fetch
     /// into this store is the initial sync.
     private func pull() async throws {
-        let stored = try store.setting(Self.cursorSetting).flatMap { Int64($0) }
+        let stored = try storedPosition()
         let reason: SyncEvent.Reason = stored == nil ? .initialSync : .serverChange
-        var cursor = stored ?? 0
+        var position = stored ?? .start
         var recorded = stored != nil
         while true {
             let batch: ChangeBatch
             do {
-                batch = try await remote.fetch(after: cursor)
+                batch = try await remote.fetch(after: position.cursor, mark: position.mark)
             } catch RemoteError.historyMismatch(let reason) {
                 // Found after this round's push: push what the remote lost now.
                 try await resynchronise(identity: nil, because: reason)
@@ -302,12 +333,13 @@ public final class SyncEngine: Sendable {
             // A failure leaves the cursor where it was: the round fails, and the next one
             // (after backoff) fetches and applies these changes again.
             let changed = newer.isEmpty ? [] : try await apply(newer, mode: .merge)
-            if batch.cursor != cursor || !recorded {
-                try store.setSetting(Self.cursorSetting, to: String(batch.cursor))
+            let next = position.after(batch)
+            if next != position || !recorded {
+                try record(next)
                 recorded = true
             }
-            cursor = batch.cursor
-            knownRemoteCursor.store(cursor, ordering: .relaxed)
+            position = next
+            knownPosition.withLock { $0 = position }
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
             if batch.complete { break }
         }

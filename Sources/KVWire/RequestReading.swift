@@ -1,4 +1,5 @@
 import Foundation
+import KVCloud
 
 /// A request's query (`after=N&limit=L&wait=S`), read as the server's router reads it: pairs
 /// split at `&` and at their first `=`, values percent-decoded, the first of a repeated name
@@ -47,9 +48,43 @@ public struct WireQuery: Sendable {
         return number
     }
 
-    /// `?after=N[&limit=L][&wait=S]`, for a client.
-    public static func encode(after: Int64, limit: Int? = nil, wait: Int64? = nil) -> String {
-        "?after=\(after)" + (limit.map { "&limit=\($0)" } ?? "") + (wait.map { "&wait=\($0)" } ?? "")
+    /// `mark` and `mark-key`: the reader's history mark (its `position` and its key), or nil
+    /// when neither is sent.
+    public func mark() throws(WireError) -> HistoryMark? {
+        let position = value("mark")
+        let key = value("mark-key")
+        guard position != nil || key != nil else { return nil }
+        guard let position, let key, position.utf8.count <= 128, let mark = HistoryMark(key: key, position: position) else {
+            throw .invalidQuery(name: "mark", expected: "mark=CURSOR.TIME.COUNTER.DEVICE and mark-key=KEY, as a change stamp and a key name allow")
+        }
+        return mark
+    }
+
+    /// `?after=N[&mark=M&mark-key=K][&limit=L][&wait=S]`, for a client.
+    public static func encode(after: Int64, mark: HistoryMark? = nil, limit: Int? = nil, wait: Int64? = nil) -> String {
+        "?after=\(after)" + (mark.map { "&" + parameters($0) } ?? "") + (limit.map { "&limit=\($0)" } ?? "")
+            + (wait.map { "&wait=\($0)" } ?? "")
+    }
+
+    /// `?mark=M&mark-key=K`, for a client's push.
+    public static func encode(mark: HistoryMark) -> String {
+        "?" + parameters(mark)
+    }
+
+    private static func parameters(_ mark: HistoryMark) -> String {
+        "mark=\(mark.position)&mark-key=\(percentEncoded(mark.key))"
+    }
+
+    /// Every byte but ASCII letters and digits escaped: a key may hold anything, NUL included.
+    private static func percentEncoded(_ text: String) -> String {
+        text.utf8.map { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                String(UnicodeScalar(byte))
+            default:
+                "%" + String(byte, radix: 16, uppercase: true).leftPadded(to: 2)
+            }
+        }.joined()
     }
 
     /// A parameter that must be a whole number (0 or more) when present; one that overflows
@@ -58,6 +93,12 @@ public struct WireQuery: Sendable {
         guard let text = value(name) else { return nil }
         guard let number = Int64(text), number >= 0 else { throw .invalidQuery(name: name, expected: "a whole number") }
         return number
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }
 

@@ -7,8 +7,9 @@ import KVWire
 ///
 /// Invariants: nothing traps; a push that is read re-encodes (as a client sends it) to bodies
 /// that read back as the same changes, and the change rule (`ChangeAdmission`) admits or
-/// refuses each of them, admitted ones with NFC keys and canonical values; a query's values are within their ranges and read back
-/// from the query a client writes for them; a bearer token read is one a header carries back.
+/// refuses each of them, admitted ones with NFC keys and canonical values; a query's values (a
+/// history mark included) are within their ranges and read back from the query a client writes
+/// for them; a bearer token read is one a header carries back.
 enum RequestFuzzing {
     static func run(_ bytes: [UInt8]) {
         guard let selector = bytes.first else { return }
@@ -52,6 +53,12 @@ enum RequestFuzzing {
         let query = WireQuery(text)
         let after = try? query.after(), limit = try? query.limit(), wait = try? query.wait()
         _ = query.value(text)
+        if let mark = try? query.mark() {
+            guard mark.cursor > 0, mark.key.utf8.count <= HistoryMark.maximumKeyBytes,
+                  (try? WireQuery(String(WireQuery.encode(mark: mark).dropFirst())).mark()) == mark else {
+                fatalError("mark \(mark) from \(text.debugDescription) is out of the rule or does not read back once written")
+            }
+        }
         if let after, after < 0 { fatalError("after=\(after) from \(text.debugDescription)") }
         if let limit, !WireLimits.changesPerFetch.contains(limit) { fatalError("limit=\(limit) from \(text.debugDescription)") }
         if let wait, !WireLimits.waitSeconds.contains(wait) { fatalError("wait=\(wait) from \(text.debugDescription)") }

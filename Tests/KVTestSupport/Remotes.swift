@@ -50,19 +50,19 @@ public final class InterruptibleRemote: Remote {
         return try await base.identity()
     }
 
-    public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
+    public func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
         try check("push")
-        return try await base.push(changes)
+        return try await base.push(changes, mark: mark)
     }
 
-    public func fetch(after cursor: Int64) async throws -> ChangeBatch {
+    public func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
         try check("fetch")
-        return try await base.fetch(after: cursor)
+        return try await base.fetch(after: cursor, mark: mark)
     }
 
-    public func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+    public func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
         try check("wait")
-        return try await base.waitForChanges(after: cursor, timeout: timeout)
+        return try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
     }
 }
 

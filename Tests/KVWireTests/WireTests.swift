@@ -205,6 +205,26 @@ struct WireTests {
         }
     }
 
+    @Test("a history mark travels as mark and mark-key, any key byte for byte; a malformed one is refused with the form")
+    func marks() throws {
+        let stamp = ChangeStamp(time: 1_795_341_600_123, counter: 7, device: "dev-1:a.b_c")
+        for key in ["k", "café au lait", "a&b=c%d+e f", "mid\u{0}dle", "/slash?", String(repeating: "ü", count: 2000)] {
+            let mark = HistoryMark(key: key, cursor: 42, stamp: stamp)
+            let sent = WireQuery(String(WireQuery.encode(after: 41, mark: mark, limit: 10).dropFirst()))
+            #expect(try sent.mark() == mark, "\(key.debugDescription)")
+            #expect(try sent.after() == 41 && sent.limit() == 10)
+            #expect(try WireQuery(String(WireQuery.encode(mark: mark).dropFirst())).mark() == mark)
+        }
+        #expect(try WireQuery("after=3").mark() == nil)
+        let expected = "mark must be mark=CURSOR.TIME.COUNTER.DEVICE and mark-key=KEY, as a change stamp and a key name allow"
+        for query in ["mark=1.2.3.d", "mark-key=k", "mark=0.2.3.d&mark-key=k", "mark=1.2.-3.d&mark-key=k", "mark=1.2.3.&mark-key=k",
+                      "mark=1.2.3.d%20e&mark-key=k", "mark=1.2.3&mark-key=k", "mark=x.2.3.d&mark-key=k", "mark=1.2.99999999999.d&mark-key=k",
+                      "mark=1.2.3.\(String(repeating: "d", count: 65))&mark-key=k",
+                      "mark=1.2.3.d&mark-key=" + String(repeating: "k", count: HistoryMark.maximumKeyBytes + 1)] {
+            #expect(queryRefusal { try WireQuery(query).mark() } == expected, "\(query.prefix(60))")
+        }
+    }
+
     // MARK: - Bearer tokens
 
     @Test("the Bearer scheme in any case, then one or more spaces, then a token68", arguments: [

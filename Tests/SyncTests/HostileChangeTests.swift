@@ -165,11 +165,11 @@ final class ScriptedRemote: Remote {
     init(batch: ChangeBatch) { self.batch = batch }
     var description: String { "scripted" }
     func identity() async throws -> String { "scripted" }
-    func push(_ changes: [StampedChange]) async throws -> PushOutcome { PushOutcome(accepted: changes) }
-    func fetch(after cursor: Int64) async throws -> ChangeBatch {
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome { PushOutcome(accepted: changes) }
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
         cursor < batch.cursor ? batch : ChangeBatch(changes: [], cursor: cursor, complete: true)
     }
-    func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
         try await Task.sleep(for: timeout)
         return false
     }

@@ -240,13 +240,17 @@ final class RestorableStorage: CloudStorage {
     private let current: Mutex<MemoryCloudStorage>
     init(_ storage: MemoryCloudStorage) { current = Mutex(storage) }
     func restore(_ backup: MemoryCloudStorage) { current.withLock { $0 = backup } }
+    /// A backup of what is held now.
+    func snapshot() -> MemoryCloudStorage { storage.snapshot() }
     private var storage: MemoryCloudStorage { current.withLock { $0 } }
     func identity() throws(CloudError) -> String { try storage.identity() }
+    func renewIdentity() throws(CloudError) -> String { try storage.renewIdentity() }
     func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome { try storage.push(changes, to: store) }
     func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
         try storage.changes(in: store, after: cursor, limit: limit)
     }
     func cursor(of store: String) throws(CloudError) -> Int64 { try storage.cursor(of: store) }
+    func mark(in store: String, key: String) throws(CloudError) -> HistoryMark? { try storage.mark(in: store, key: key) }
     func limits(of store: String) throws(CloudError) -> QuotaLimits { try storage.limits(of: store) }
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) { try storage.setLimits(limits, of: store) }
 }
@@ -263,12 +267,12 @@ final class PrefetchingRemote: Remote {
     }
     var description: String { "prefetching" }
     func identity() async throws -> String { "prefetching" }
-    func push(_ changes: [StampedChange]) async throws -> PushOutcome { PushOutcome(accepted: changes) }
-    func fetch(after cursor: Int64) async throws -> ChangeBatch {
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome { PushOutcome(accepted: changes) }
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
         let batch = discarded.withLock { $0 } ? fresh : stale
         return cursor < batch.cursor ? batch : ChangeBatch(changes: [], cursor: cursor, complete: true)
     }
-    func waitForChanges(after cursor: Int64, timeout: Duration) async throws -> Bool {
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
         try await Task.sleep(for: timeout)
         return false
     }

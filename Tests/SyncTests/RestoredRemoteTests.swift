@@ -1,0 +1,81 @@
+import Foundation
+import KVCloud
+import KVStore
+import KVSync
+import KVTestSupport
+import Testing
+
+/// A remote restored from a backup, then written to by other mounts before this one looks:
+/// its cursor alone no longer shows that its history is not the one the mount saw.
+@Suite("A remote restored from a backup", .timeLimit(.minutes(1)))
+struct RestoredRemoteTests {
+    typealias Device = SyncEngineTests.Device
+
+    /// A storage that can be put back to a backup, a remote on it for each device, and the
+    /// backup taken once `a` has pushed `early`; then `a` pushes five more keys.
+    private func restoredAfterLatePushes(in dir: TemporaryDirectory) async throws
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: CloudRemote<ContinuousClock>) {
+        let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
+        let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { storage }
+        let a = try Device("a", in: dir, remote: remote)
+        try a.store.put(.string("before"), forKey: "early")
+        try await a.engine.synchronize()
+        let backup = storage.snapshot()
+        for index in 0..<5 { try a.store.put(.integer(index), forKey: "late\(index)") }
+        try await a.engine.synchronize()
+        return (storage, backup, a, remote)
+    }
+
+    @Test("a mount finds it out even when others have written past its cursor, and pushes back what it lost")
+    func foundOutPastTheCursor() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, backup, a, remote) = try await restoredAfterLatePushes(in: dir)
+            a.engine.stop()
+            storage.restore(backup.snapshot())
+            // Another mount writes ten keys into the restored history: its cursor passes a's (6).
+            let b = try Device("b", in: dir, remote: remote)
+            for index in 0..<10 { try b.store.put(.integer(index), forKey: "b\(index)") }
+            try await b.engine.synchronize()
+            #expect(try storage.cursor(of: "default") == 11)
+
+            try await a.engine.synchronize()
+            let held = Set(try storage.changes(in: "default", after: 0, limit: 100).changes.map(\.key))
+            #expect(held.isSuperset(of: (0..<5).map { "late\($0)" }), "a's lost changes are back on the remote: \(held.sorted())")
+            #expect(Set(a.store.keys()).isSuperset(of: (0..<10).map { "b\($0)" }), "a has every change b made: \(a.store.keys())")
+            #expect(a.events.events.contains { $0.reason == .remoteReset }, "\(a.events.events)")
+        }
+    }
+
+    @Test("one mount finding it out renews the remote's identity, and every other mount resynchronises")
+    func othersFollow() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, backup, a, remote) = try await restoredAfterLatePushes(in: dir)
+            // d saw the history up to a's change of "shared" at cursor 7: that is its mark.
+            try a.store.put(.string("from a"), forKey: "shared")
+            try await a.engine.synchronize()
+            let d = try Device("d", in: dir, remote: remote)
+            try await d.engine.synchronize()
+            #expect(d.text("shared") == "from a")
+            d.engine.stop()
+            try a.store.put(.string("last"), forKey: "a-last")
+            try await a.engine.synchronize()
+            a.engine.stop()
+            storage.restore(backup.snapshot())
+            // b writes past d's cursor (7) and, last, "shared" again: d's mark still fits (a later
+            // change of its key at a later cursor), so d alone cannot tell.
+            let b = try Device("b", in: dir, remote: remote)
+            for index in 0..<10 { try b.store.put(.integer(index), forKey: "b\(index)") }
+            try await b.engine.synchronize()
+            try b.store.put(.string("from b"), forKey: "shared")
+            try await b.engine.synchronize()
+            b.engine.stop()
+
+            try await a.engine.synchronize()  // a's mark ("a-last" at 8) does not fit: it resynchronises
+            #expect(try storage.identity() != "same", "the identity was renewed")
+            try await d.engine.synchronize()
+            #expect(Set(d.store.keys()).isSuperset(of: (0..<10).map { "b\($0)" }), "d has every change b made: \(d.store.keys())")
+            #expect(d.events.events.contains { $0.reason == .remoteReset }, "\(d.events.events)")
+            #expect(d.text("shared") == "from b")
+        }
+    }
+}
