@@ -45,6 +45,7 @@ public struct SyncServer: Sendable {
     public let limiter: RateLimiter
     /// The last event written for each store, for the other streams at the same cursor.
     private let recentEvents = RecentEvents()
+    private let renewals = IdentityRenewals()
     private let logger = Logger(label: "kvsfs.serve")
 
     /// `rateLimit`: requests per second per token (0: none).
@@ -80,12 +81,12 @@ public struct SyncServer: Sendable {
             return try json(IdentityResponse(identity: try await run { try await storage.identity() } + "/" + account))
         }
         router.post(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
-            let (stored, _) = try await address(request, context, write: true)
+            let (stored, scope) = try await address(request, context, write: true)
             let mark = try wire { () throws(WireError) in try WireQuery(request.uri.query).mark() }
             let body = try await request.body.collect(upTo: WireLimits.maximumPushBytes)
             let push = try wire { () throws(WireError) in try decodePush(Array(body.readableBytesView)) }
             // Nothing goes into a history that is not the pusher's: it resynchronises first.
-            if let mark { try await checkHistory(of: stored, after: 0, mark: mark) }
+            if let mark { try await checkHistory(of: stored, after: 0, mark: mark, scope: scope) }
             let outcome = try await run { try await storage.push(push.changes, to: stored) }
             if !outcome.accepted.isEmpty { notifier.notify(stored) }
             metrics.pushes.increment()
@@ -99,10 +100,10 @@ public struct SyncServer: Sendable {
             return try json(outcome as PushResponse)
         }
         router.get(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
-            let (stored, _) = try await address(request, context, write: false)
+            let (stored, scope) = try await address(request, context, write: false)
             let query = WireQuery(request.uri.query)
             let (after, mark, limit) = try wire { () throws(WireError) in (try query.after(), try query.mark(), try query.limit()) }
-            try await checkHistory(of: stored, after: after, mark: mark)
+            try await checkHistory(of: stored, after: after, mark: mark, scope: scope)
             let batch = try await longPoll(stored, query, until: { !$0.changes.isEmpty }) {
                 try await storage.changes(in: stored, after: after, limit: limit)
             }
@@ -114,7 +115,7 @@ public struct SyncServer: Sendable {
             let (after, mark) = try wire { () throws(WireError) in (try query.after(), try query.mark()) }
             let token = try bearerToken(request)
             // A stream from another history is refused before it starts, as a fetch is.
-            try await checkHistory(of: stored, after: after, mark: mark)
+            try await checkHistory(of: stored, after: after, mark: mark, scope: scope)
             return Response(
                 status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
                 body: ResponseBody { writer in
@@ -247,14 +248,32 @@ public struct SyncServer: Sendable {
     }
 
     /// 409 unless the store's history is the one a reader saw: it reaches `after`, and its row
-    /// for the mark's key fits the mark.
-    private func checkHistory(of store: String, after: Int64, mark: HistoryMark?) async throws {
-        try await run {
+    /// for the mark's key fits the mark. Then every other mount must resynchronise too (their
+    /// own marks may not show it): the server renews its identity, which they look at. Only
+    /// for a token that may write the store (a reader cannot make others work), and at most
+    /// once per `identityRenewalInterval` (one restore needs one renewal).
+    private func checkHistory(of store: String, after: Int64, mark: HistoryMark?, scope: TokenScope) async throws {
+        do {
             let newest = try await storage.cursor(of: store)
             if after > newest { throw CloudError.cursorAhead(asked: after, store: newest) }
             if let mark { try mark.check(newest: newest, held: try await storage.mark(in: store, key: mark.key)) }
+        } catch let error as CloudError where error.isHistoryMismatch {
+            if !scope.readOnly, renewals.mayRenew(now: .now, every: Self.identityRenewalInterval) {
+                do {
+                    let renewed = try await storage.renewIdentity()
+                    logger.warning("a client saw another history than this one; the identity is now \(renewed)",
+                                   metadata: ["store": "\(store)", "reason": "\(error)"])
+                } catch {
+                    logger.error("a client saw another history, and the identity could not be renewed", metadata: ["error": "\(error)"])
+                }
+            }
+            throw HTTPError(.conflict, message: error.description)
+        } catch {
+            try await run { throw error }
         }
     }
+
+    static let identityRenewalInterval = Duration.seconds(600)
 
     /// Storage failures as HTTP: a bad store name is 404, a history that is not the reader's
     /// 409 (the client resynchronises), anything else 503 with Retry-After.
@@ -264,15 +283,8 @@ public struct SyncServer: Sendable {
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
         } catch let error as CloudError {
+            // The client saw a history this store no longer has: it must resynchronise.
             guard error.isHistoryMismatch else { throw unavailable(error) }
-            // The client saw a history this store no longer has: it must resynchronise, and so
-            // must every other mount, whose marks may not show it. A new identity tells them.
-            do {
-                let renewed = try await storage.renewIdentity()
-                logger.warning("a client saw another history; the identity is now \(renewed)", metadata: ["reason": "\(error)"])
-            } catch {
-                logger.error("a client saw another history, and the identity could not be renewed", metadata: ["error": "\(error)"])
-            }
             throw HTTPError(.conflict, message: error.description)
         } catch {
             throw unavailable(error)
@@ -376,6 +388,20 @@ final class RecentEvents: Sendable {
         events.withLock { events in
             if events.count >= 4096, events[store] == nil, let any = events.keys.first { events[any] = nil }
             events[store] = Event(after: cursor, upTo: upTo, bytes: bytes)
+        }
+    }
+}
+
+/// When the server last renewed its identity, so that renewals stay rare whatever clients send.
+final class IdentityRenewals: Sendable {
+    private let last = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// Whether a renewal may happen now; if so, it counts as done.
+    func mayRenew(now: ContinuousClock.Instant, every interval: Duration) -> Bool {
+        last.withLock { last in
+            if let previous = last, now - previous < interval { return false }
+            last = now
+            return true
         }
     }
 }

@@ -40,6 +40,41 @@ struct ServerHygieneTests {
         }
     }
 
+    @Test("a history mark that does not fit is 409 with the reason; only a token that may write renews the identity, once in ten minutes")
+    func historyMarks() throws {
+        try withServer { (server, token, _) throws in
+            let reader = try server.admin(["token", "create", "alice", "--read-only"])
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let value = Data("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<plist version=\"1.0\">\n<string>v</string>\n</plist>\n".utf8)
+            let body = #"{"changes":[{"key":"k","value":"\#(value.base64EncodedString())","type":"string","stamp":{"time":\#(now),"counter":0,"device":"d"}}]}"#
+            let pushed = try curl("-X POST -H 'Authorization: Bearer \(token)' -H 'Content-Type: application/json' -d '\(body)'", server,
+                                  "/v1/alice/default/changes")
+            #expect(pushed.hasSuffix(" 200") && pushed.contains(#""mark":{"#), "\(pushed)")
+            func identity() throws -> String {
+                try curl("-H 'Authorization: Bearer \(token)'", server, "/v1/alice/default/identity")
+            }
+            let first = try identity()
+            // The mark the push answered fits; one naming another stamp, or a cursor the store
+            // has not reached, does not; a malformed one is 400.
+            let fits = "mark=1.\(now).0.d&mark-key=k"
+            #expect(try curl("-H 'Authorization: Bearer \(reader)'", server, "/v1/alice/default/changes?after=1&\(fits)").hasSuffix(" 200"))
+            let other = try curl("-H 'Authorization: Bearer \(reader)'", server, "/v1/alice/default/changes?after=1&mark=1.\(now).0.e&mark-key=k")
+            #expect(other.hasSuffix(" 409") && other.contains("but the store holds"), "\(other)")
+            #expect(try curl("-H 'Authorization: Bearer \(reader)'", server, "/v1/alice/default/changes?after=0&mark=9.\(now).0.d&mark-key=k")
+                .hasSuffix(" 409"))
+            #expect(try curl("-H 'Authorization: Bearer \(reader)'", server, "/v1/alice/default/changes?mark=1.x.0.d&mark-key=k").hasSuffix(" 400"))
+            #expect(try identity() == first, "a token that may only read renews nothing")
+            // A writer's push with a mark that does not fit stores nothing, and renews the identity once.
+            let refused = try curl("-X POST -H 'Authorization: Bearer \(token)' -H 'Content-Type: application/json' -d '{\"changes\":[]}'",
+                                   server, "/v1/alice/default/changes?mark=1.\(now).0.e&mark-key=k")
+            #expect(refused.hasSuffix(" 409"), "\(refused)")
+            let second = try identity()
+            #expect(second != first)
+            _ = try curl("-H 'Authorization: Bearer \(token)'", server, "/v1/alice/default/changes?after=7")
+            #expect(try identity() == second, "at most one renewal in ten minutes")
+        }
+    }
+
     @Test("a connection that sends half a request, head or body, is closed within the idle timeout; the server serves on")
     func halfSentRequests() throws {
         try withServer(["--idle-timeout", "1"]) { (server, token, _) throws in
