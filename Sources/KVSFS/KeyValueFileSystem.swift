@@ -37,14 +37,18 @@ public struct SyncHooks: Sendable {
     /// For fsync of the root: pushes what is pending, blocking until the remote has it (or
     /// throwing like `synchronize`), and starts a round that fetches and applies, not waited for.
     public var pushNow: @Sendable () throws -> Void
+    /// Replaces the store's values by the remote's, blocking and throwing like `synchronize`.
+    public var replaceWithRemote: @Sendable () throws -> Void
     /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
     public var rootAttributes: @Sendable () -> [String: String]
 
     public init(externalChanges: ExternalChangeRegistry, synchronize: @escaping @Sendable () throws -> Void,
-                pushNow: @escaping @Sendable () throws -> Void, rootAttributes: @escaping @Sendable () -> [String: String]) {
+                pushNow: @escaping @Sendable () throws -> Void, replaceWithRemote: @escaping @Sendable () throws -> Void,
+                rootAttributes: @escaping @Sendable () -> [String: String]) {
         self.externalChanges = externalChanges
         self.synchronize = synchronize
         self.pushNow = pushNow
+        self.replaceWithRemote = replaceWithRemote
         self.rootAttributes = rootAttributes
     }
 }
@@ -62,6 +66,9 @@ public final class KeyValueFileSystem: FuseFileSystem {
     /// Reading this attribute of the root runs `synchronize()` and gives `done` (`kvsfs sync`).
     /// It is not listed, so that `getfattr -d` does not sync.
     public static let synchronizeAttribute = "user.kvsfs.synchronize"
+    /// Reading this attribute of the root runs `replaceWithRemote()` and gives `done`
+    /// (`kvsfs sync --replace-with-remote`). Not listed either.
+    public static let replaceAttribute = "user.kvsfs.replace-with-remote"
 
     public let store: KeyValueStore
     public let configuration: MountConfiguration
@@ -418,6 +425,10 @@ public final class KeyValueFileSystem: FuseFileSystem {
             guard let sync else { throw FileSystemError.noSuchAttribute }
             if name == Self.synchronizeAttribute {
                 try sync.synchronize()
+                return Array("done".utf8)
+            }
+            if name == Self.replaceAttribute {
+                try sync.replaceWithRemote()
                 return Array("done".utf8)
             }
             guard let value = sync.rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }

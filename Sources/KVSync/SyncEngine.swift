@@ -123,6 +123,36 @@ public final class SyncEngine: Sendable {
         try await cycle()
     }
 
+    /// Replaces the store's values by the remote's, on request (`kvsfs sync --replace-with-remote`):
+    /// every key takes the remote's latest change, a key the remote does not hold is removed, and
+    /// local changes the remote does not have, pending ones included, are discarded. The only way
+    /// kvsfs discards local changes for a remote's; reported as a `remote-reset` event.
+    public func replaceWithRemote() async throws {
+        remote.discardPrefetched()
+        try await cycleLock.withLock {
+            var position = SyncPosition.start
+            var remoteChanges = [String: StampedChange]()
+            while true {
+                let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
+                for change in admit(batch) where remoteChanges[change.key].map({ change.stamp > $0.stamp }) ?? true {
+                    remoteChanges[change.key] = change
+                }
+                position = position.after(batch)
+                if batch.complete { break }
+            }
+            let local = store.allChanges()
+            let removals = local.filter { remoteChanges[$0.key] == nil && !$0.isTombstone }.map { StampedChange.tombstone($0.key, stamp: $0.stamp) }
+            let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })
+            let replacements = remoteChanges.values.filter { held[$0.key] != $0 }
+            let changed = try await apply(replacements + removals, mode: .replace)
+            try store.setSetting(Self.remoteSetting, to: try await remote.identity())
+            try record(position)
+            let message = "replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed"
+            state.withLock { $0.lastIncident = "\(SyncEvent.timeFormat.string(from: Date())) \(message)" }
+            onEvent(SyncEvent(reason: .remoteReset, keys: changed.sorted(), message: message))
+        }
+    }
+
     // MARK: - The loop
 
     private func runLoop() async {

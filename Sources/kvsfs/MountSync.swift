@@ -58,6 +58,7 @@ final class MountSync: Sendable {
             externalChanges: registry,
             synchronize: { [waits] in try MountSync.wait(in: waits) { try await engine.synchronize() } },
             pushNow: { [waits] in try MountSync.wait(in: waits) { try await engine.pushNow() } },
+            replaceWithRemote: { [waits] in try MountSync.wait(in: waits) { try await engine.replaceWithRemote() } },
             rootAttributes: {
                 [
                     "user.kvsfs.events": events.path,

@@ -12,10 +12,17 @@ func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
 struct Sync: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Push what is pending and fetch what is new, now (synchronize()).",
-        discussion: "Returns once the remote's changes show in the mount. Fails when the remote cannot be reached or refuses the mount's token.")
+        discussion: """
+            Returns once the remote's changes show in the mount. Fails when the remote cannot be reached or refuses the mount's token. \
+            With --replace-with-remote, the store's values are replaced by the remote's instead of merged: local changes the remote \
+            does not have, pending ones included, are discarded.
+            """)
 
     @Argument(help: "A kvsfs mount.")
     var mountpoint: String
+
+    @Flag(help: "Replace the store's values by the remote's, discarding local changes the remote does not have.")
+    var replaceWithRemote = false
 
     func run() throws {
         guard mountAttribute(mountpoint, "user.kvsfs.remote") != nil else {
@@ -27,7 +34,8 @@ struct Sync: ParsableCommand {
         var answer = [UInt8](repeating: 0, count: 64)
         let deadline = ContinuousClock.now + .seconds(30)
         var pause = Duration.milliseconds(50)
-        while SystemFunctions.getxattr(mountpoint, "user.kvsfs.synchronize", &answer, answer.count) < 0 {
+        let attribute = replaceWithRemote ? "user.kvsfs.replace-with-remote" : "user.kvsfs.synchronize"
+        while SystemFunctions.getxattr(mountpoint, attribute, &answer, answer.count) < 0 {
             let code = errno
             if code == EAGAIN, ContinuousClock.now + pause < deadline {
                 Thread.sleep(forTimeInterval: Double(pause.components.attoseconds) / 1e18 + Double(pause.components.seconds))

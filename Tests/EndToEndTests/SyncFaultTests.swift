@@ -73,4 +73,29 @@ struct SyncFaultTests {
         let other = try shell("\(kvsfsBinary) sync \(b.mountpoint) && ls \(b.mountpoint) | wc -l && cat \(b.path("pending5")) | grep -o p5")
         #expect(other.standardOutput == "15\np5\n", "\(other)")
     }
+
+    @Test("kvsfs sync --replace-with-remote makes the mount hold the remote's values and says so in the event stream and user.kvsfs.sync")
+    func replaceWithRemote() throws {
+        let dir = TemporaryDirectory("kvsfs-faults")
+        defer { dir.remove() }
+        let remote = ["--remote", "file://\(dir.subdirectory("remote"))/cloud.sqlite"]
+        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        defer { a.stop() }
+        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
+        defer { b.stop() }
+        // What the replacement discards is shown by the sync tests (RestoredRemoteTests): here,
+        // the command, the mount's applier, the event and the attribute.
+        let result = try shell("""
+            echo one > \(b.path("shared")) && \(kvsfsBinary) sync \(b.mountpoint) && \(kvsfsBinary) sync \(a.mountpoint) || exit 8
+            echo two > \(b.path("shared")) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
+            \(kvsfsBinary) sync --replace-with-remote \(a.mountpoint); echo "replace=$?"
+            \(kvsfsBinary) get \(a.path("shared"))
+            getfattr --only-values -n user.kvsfs.sync \(a.mountpoint); echo
+            timeout 1 \(kvsfsBinary) events --all \(a.mountpoint) | grep -o 'replaced by the remote[^"]*'
+            \(kvsfsBinary) sync --replace-with-remote \(dir.path); echo "not a mount=$?"
+            """, timeout: 60)
+        #expect(result.standardOutput.contains("replace=0\ntwo\nsynced; remote reset at"), "\(result)")
+        #expect(result.standardOutput.contains("replaced by the remote's values on request"), "\(result)")
+        #expect(result.standardOutput.contains("not a mount=1"), "\(result)")
+    }
 }

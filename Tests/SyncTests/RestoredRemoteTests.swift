@@ -78,4 +78,29 @@ struct RestoredRemoteTests {
             #expect(d.text("shared") == "from b")
         }
     }
+
+    @Test("replacing a store's values by the remote's is an explicit call: it drops what the remote lacks, pending writes included")
+    func replaceIsExplicit() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, backup, a, remote) = try await restoredAfterLatePushes(in: dir)
+            a.engine.stop()
+            storage.restore(backup.snapshot())
+            let offline = InterruptibleRemote(remote)
+            let b = try Device("b", in: dir, remote: offline)
+            try await b.engine.synchronize()
+            offline.setOnline(false)
+            try b.store.put(.string("pending"), forKey: "unsent")
+            try b.store.put(.string("changed"), forKey: "early")
+            offline.setOnline(true)
+            try await a.engine.replaceWithRemote()
+            #expect(a.store.keys() == ["early"], "a holds what the restored remote holds")
+            #expect(a.text("early") == "before")
+            #expect(a.store.pendingChanges().isEmpty)
+            #expect(a.events.events.last?.reason == .remoteReset)
+            #expect(a.events.events.last?.message?.contains("5 keys changed, 5 of them removed") == true, "\(a.events.events)")
+            // b's pending writes and a newer local value give way too.
+            try await b.engine.replaceWithRemote()
+            #expect(b.text("early") == "before" && b.store.entry(forKey: "unsent") == nil && b.store.pendingChanges().isEmpty)
+        }
+    }
 }
