@@ -130,16 +130,7 @@ public final class SyncEngine: Sendable {
     public func replaceWithRemote() async throws {
         remote.discardPrefetched()
         try await cycleLock.withLock {
-            var position = SyncPosition.start
-            var remoteChanges = [String: StampedChange]()
-            while true {
-                let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
-                for change in admit(batch) where remoteChanges[change.key].map({ change.stamp > $0.stamp }) ?? true {
-                    remoteChanges[change.key] = change
-                }
-                position = position.after(batch)
-                if batch.complete { break }
-            }
+            let (remoteChanges, position) = try await fetchWholeHistory()
             let local = store.allChanges()
             let removals = local.filter { remoteChanges[$0.key] == nil && !$0.isTombstone }.map { StampedChange.tombstone($0.key, stamp: $0.stamp) }
             let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })
@@ -251,16 +242,7 @@ public final class SyncEngine: Sendable {
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     private func resynchronise(identity: String?, because reason: String) async throws {
-        var position = SyncPosition.start
-        var remoteChanges = [String: StampedChange]()
-        while true {
-            let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
-            for change in admit(batch) where remoteChanges[change.key].map({ change.stamp > $0.stamp }) ?? true {
-                remoteChanges[change.key] = change
-            }
-            position = position.after(batch)
-            if batch.complete { break }
-        }
+        let (remoteChanges, position) = try await fetchWholeHistory()
         let lost = store.allChanges().filter { local in
             guard let held = remoteChanges[local.key] else { return !local.isTombstone }
             return held.stamp < local.stamp
@@ -275,6 +257,21 @@ public final class SyncEngine: Sendable {
         let message = "\(reason): \(lost.count) local changes pushed again, no local value removed"
         state.withLock { $0.lastIncident = "\(SyncEvent.timeFormat.string(from: Date())) \(message)" }
         onEvent(SyncEvent(reason: .remoteReset, keys: Set(lost.map(\.key) + changed).sorted(), message: message))
+    }
+
+    /// Every key's latest change on the remote, fetched from the start, and the position that
+    /// leaves the mount at.
+    private func fetchWholeHistory() async throws -> (changes: [String: StampedChange], position: SyncPosition) {
+        var position = SyncPosition.start
+        var latest = [String: StampedChange]()
+        while true {
+            let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
+            for change in admit(batch) where latest[change.key].map({ change.stamp > $0.stamp }) ?? true {
+                latest[change.key] = change
+            }
+            position = position.after(batch)
+            if batch.complete { return (latest, position) }
+        }
     }
 
     /// Pushes `pending` with the mount's history mark, and records what became of it.
