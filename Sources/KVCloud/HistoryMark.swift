@@ -65,6 +65,12 @@ public struct HistoryMark: Sendable, Equatable, Codable, CustomStringConvertible
         self.init(key: key, cursor: cursor, stamp: stamp)
     }
 
+    /// Whether the mark meets the rule its text form is read by (a mark a remote sent is kept
+    /// only then: it is sent back to it with every request).
+    public var meetsRule: Bool {
+        HistoryMark(key: key, position: position) == self
+    }
+
     /// Longer than any key a store's quota allows.
     public static let maximumKeyBytes = 4096
 }

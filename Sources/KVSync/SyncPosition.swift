@@ -16,16 +16,17 @@ struct SyncPosition: Sendable, Equatable, Codable {
 
     static let start = SyncPosition(cursor: 0, mark: nil)
 
-    /// After taking in `batch`: its cursor, and the later of its mark and the one before.
+    /// After taking in `batch`: its cursor, and the later of its mark and the one before (a
+    /// mark outside the rule is not kept).
     func after(_ batch: ChangeBatch) -> SyncPosition {
-        SyncPosition(cursor: batch.cursor, mark: HistoryMark.later(mark, batch.mark))
+        SyncPosition(cursor: batch.cursor, mark: HistoryMark.later(mark, batch.mark.flatMap { $0.meetsRule ? $0 : nil }))
     }
 
     /// After a push that stored changes up to `outcome.mark`; when nobody else pushed since
     /// this position's cursor, the push's changes need no fetch: the cursor moves past them.
     func after(_ outcome: PushOutcome) -> SyncPosition {
         var next = self
-        next.mark = HistoryMark.later(mark, outcome.mark)
+        next.mark = HistoryMark.later(mark, outcome.mark.flatMap { $0.meetsRule ? $0 : nil })
         if let before = outcome.cursorBefore, let after = outcome.cursorAfter, after > before, before == cursor {
             next.cursor = after
         }

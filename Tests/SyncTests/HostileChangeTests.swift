@@ -156,6 +156,26 @@ struct HostileChangeTests {
             #expect(abs(stamp.time - Int64(Date().timeIntervalSince1970 * 1000)) < 60_000, "the local clock was not pinned: \(stamp)")
         }
     }
+
+    @Test("a history mark a remote sends is kept only when it meets the rule: it goes back with every request")
+    func hostileMarks() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            let good = change("good", "kept", time: Self.now)
+            let oversized = HistoryMark(key: String(repeating: "k", count: HistoryMark.maximumKeyBytes + 1), cursor: 1, stamp: good.stamp)
+            let remote = ScriptedRemote(batch: ChangeBatch(changes: [good], cursor: 1, complete: true, mark: oversized))
+            try await SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)).synchronize()
+            #expect(try value(store, "good") == "kept")
+            #expect(try store.setting("sync.cursor") == "1", "the cursor, without the mark")
+            let fitting = HistoryMark(key: "good", cursor: 1, stamp: good.stamp)
+            let honest = ScriptedRemote(batch: ChangeBatch(changes: [good], cursor: 1, complete: true, mark: fitting))
+            try await withTemporaryDirectory { otherDir in
+                let other = try makeStore(in: otherDir)
+                try await SyncEngine(store: other, remote: honest, applier: StoreApplier(store: other)).synchronize()
+                #expect(try other.setting("sync.cursor")?.contains(#""key":"good""#) == true)
+            }
+        }
+    }
 }
 
 /// A remote that serves one fixed batch and accepts every push: what a remote written by
