@@ -11,8 +11,10 @@ public protocol CloudStorage: Sendable {
 
     /// Gives the remote a new id, once it was found to hold another history than a reader saw
     /// (restored from a backup): every mount then resynchronises at its next look at the id,
-    /// not only those whose own marks found it out. Returns the new id.
-    func renewIdentity() throws(CloudError) -> String
+    /// not only those whose own marks found it out. Only while the id is still `seen` (the one
+    /// the finder last looked at): a restore that another mount found first was renewed for
+    /// already, and one restore needs one renewal. Returns whether it renewed.
+    func renewIdentity(replacing seen: String) throws(CloudError) -> Bool
 
     /// Offers changes to `store`. Each is accepted (recorded, or already superseded by a newer
     /// change: pushing twice is harmless) or refused because it would break a quota.

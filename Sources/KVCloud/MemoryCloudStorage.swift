@@ -22,10 +22,12 @@ public final class MemoryCloudStorage: CloudStorage {
 
     public func identity() throws(CloudError) -> String { id.withLock { $0 } }
 
-    public func renewIdentity() throws(CloudError) -> String {
-        let renewed = UUID().uuidString.lowercased()
-        id.withLock { $0 = renewed }
-        return renewed
+    public func renewIdentity(replacing seen: String) throws(CloudError) -> Bool {
+        id.withLock { id in
+            guard id == seen else { return false }
+            id = UUID().uuidString.lowercased()
+            return true
+        }
     }
 
     /// A copy of everything held now, with the same identity: a backup to restore later.

@@ -72,14 +72,29 @@ public final class SQLiteCloudStorage: CloudStorage {
         try run { try self.database.read { db in try String.fetchOne(db, sql: "SELECT value FROM cloudSetting WHERE name = 'identity'") ?? "" } }
     }
 
-    public func renewIdentity() throws(CloudError) -> String {
-        let renewed = UUID().uuidString.lowercased()
+    public func renewIdentity(replacing seen: String) throws(CloudError) -> Bool {
         try run {
             try self.database.write { db in
-                try db.execute(sql: "UPDATE cloudSetting SET value = ? WHERE name = 'identity'", arguments: [renewed])
+                try db.execute(sql: "UPDATE cloudSetting SET value = ? WHERE name = 'identity' AND value = ?",
+                               arguments: [UUID().uuidString.lowercased(), seen])
+                return db.changesCount > 0
             }
         }
-        return renewed
+    }
+
+    /// A setting of the remote's own (`cloudSetting`), nil when unset: for what a program
+    /// keeps beside the stores, such as a server's account generations.
+    package func setting(_ name: String) throws(CloudError) -> String? {
+        try run { try self.database.read { db in try String.fetchOne(db, sql: "SELECT value FROM cloudSetting WHERE name = ?", arguments: [name]) } }
+    }
+
+    package func setSetting(_ name: String, to value: String) throws(CloudError) {
+        try run {
+            try self.database.write { db in
+                try db.execute(sql: "INSERT INTO cloudSetting (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                               arguments: [name, value])
+            }
+        }
     }
 
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {

@@ -112,12 +112,21 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
     }
 
-    public func renewIdentity() async throws(CloudError) -> String {
-        let renewed = UUID().uuidString.lowercased()
+    public func generation(of account: String) async throws(CloudError) -> String? {
         try await run {
-            try await client.query("UPDATE kvsfs_setting SET value = \(renewed) WHERE name = 'identity'", logger: logger)
+            let rows = try await client.query("SELECT value FROM kvsfs_setting WHERE name = \("generation:" + account)", logger: logger)
+            for try await value in rows.decode(String.self) { return value }
+            return nil
         }
-        return renewed
+    }
+
+    public func renewGeneration(of account: String) async throws(CloudError) {
+        try await run {
+            try await client.query("""
+                INSERT INTO kvsfs_setting (name, value) VALUES (\("generation:" + account), \(UUID().uuidString.lowercased()))
+                ON CONFLICT (name) DO UPDATE SET value = excluded.value
+                """, logger: logger)
+        }
     }
 
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {

@@ -9,8 +9,12 @@ public protocol ServerStorage: Sendable {
 
     /// The remote's stable id (see `CloudStorage.identity()`).
     func identity() async throws(CloudError) -> String
-    /// A new id (see `CloudStorage.renewIdentity()`).
-    func renewIdentity() async throws(CloudError) -> String
+    /// The account's generation, nil until first renewed: part of the identity the server
+    /// gives the account's mounts, renewed when one of them finds the account's history is not
+    /// the one it saw (see `CloudStorage.renewIdentity(replacing:)`), so that the others
+    /// resynchronise too, and no other account's mounts.
+    func generation(of account: String) async throws(CloudError) -> String?
+    func renewGeneration(of account: String) async throws(CloudError)
     func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome
     func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch
     func cursor(of store: String) async throws(CloudError) -> Int64
@@ -81,7 +85,13 @@ public final class SQLiteServerStorage: ServerStorage {
 
     public func identity() async throws(CloudError) -> String { try cloud.identity() }
 
-    public func renewIdentity() async throws(CloudError) -> String { try cloud.renewIdentity() }
+    public func generation(of account: String) async throws(CloudError) -> String? {
+        try cloud.setting("generation:" + account)
+    }
+
+    public func renewGeneration(of account: String) async throws(CloudError) {
+        try cloud.setSetting("generation:" + account, to: UUID().uuidString.lowercased())
+    }
 
     public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
         try await cloud.push(changes, to: store)

@@ -78,7 +78,10 @@ public struct SyncServer: Sendable {
         router.get(RouterPath(WirePath.pattern(.identity))) { request, context -> Response in
             let (_, _) = try await address(request, context, write: false)
             let account = try context.parameters.require("account")
-            return try json(IdentityResponse(identity: try await run { try await storage.identity() } + "/" + account))
+            // The account's generation follows once it was first renewed (a restore found out).
+            let identity = try await run { try await storage.identity() } + "/" + account
+            let generation = try await run { try await storage.generation(of: account) }
+            return try json(IdentityResponse(identity: identity + (generation.map { "/" + $0 } ?? "")))
         }
         router.post(RouterPath(WirePath.pattern(.changes))) { request, context -> Response in
             let (stored, scope) = try await address(request, context, write: true)
@@ -248,23 +251,25 @@ public struct SyncServer: Sendable {
     }
 
     /// 409 unless the store's history is the one a reader saw: it reaches `after`, and its row
-    /// for the mark's key fits the mark. Then every other mount must resynchronise too (their
-    /// own marks may not show it): the server renews its identity, which they look at. Only
-    /// for a token that may write the store (a reader cannot make others work), and at most
-    /// once per `identityRenewalInterval` (one restore needs one renewal).
+    /// for the mark's key fits the mark. Then the account's other mounts must resynchronise too
+    /// (their own marks may not show it): the server renews the account's generation, part of
+    /// the identity they look at. Only for a token that may write the store (a reader cannot
+    /// make others work), and at most once per `identityRenewalInterval` per account (one
+    /// restore needs one renewal).
     private func checkHistory(of store: String, after: Int64, mark: HistoryMark?, scope: TokenScope) async throws {
         do {
             let newest = try await storage.cursor(of: store)
             if after > newest { throw CloudError.cursorAhead(asked: after, store: newest) }
             if let mark { try mark.check(newest: newest, held: try await storage.mark(in: store, key: mark.key)) }
         } catch let error as CloudError where error.isHistoryMismatch {
-            if !scope.readOnly, renewals.mayRenew(now: .now, every: Self.identityRenewalInterval) {
+            if !scope.readOnly, renewals.mayRenew(scope.account, now: .now, every: Self.identityRenewalInterval) {
                 do {
-                    let renewed = try await storage.renewIdentity()
-                    logger.warning("a client saw another history than this one; the identity is now \(renewed)",
+                    try await storage.renewGeneration(of: scope.account)
+                    logger.warning("a client saw another history than this one; the account's generation is renewed",
                                    metadata: ["store": "\(store)", "reason": "\(error)"])
                 } catch {
-                    logger.error("a client saw another history, and the identity could not be renewed", metadata: ["error": "\(error)"])
+                    logger.error("a client saw another history, and the account's generation could not be renewed",
+                                 metadata: ["error": "\(error)"])
                 }
             }
             throw HTTPError(.conflict, message: error.description)
@@ -392,15 +397,16 @@ final class RecentEvents: Sendable {
     }
 }
 
-/// When the server last renewed its identity, so that renewals stay rare whatever clients send.
+/// When the server last renewed each account's generation, so that renewals stay rare
+/// whatever clients send (one entry per account that ever had one).
 final class IdentityRenewals: Sendable {
-    private let last = Mutex<ContinuousClock.Instant?>(nil)
+    private let last = Mutex<[String: ContinuousClock.Instant]>([:])
 
-    /// Whether a renewal may happen now; if so, it counts as done.
-    func mayRenew(now: ContinuousClock.Instant, every interval: Duration) -> Bool {
+    /// Whether `account`'s generation may be renewed now; if so, it counts as done.
+    func mayRenew(_ account: String, now: ContinuousClock.Instant, every interval: Duration) -> Bool {
         last.withLock { last in
-            if let previous = last, now - previous < interval { return false }
-            last = now
+            if let previous = last[account], now - previous < interval { return false }
+            last[account] = now
             return true
         }
     }

@@ -25,11 +25,16 @@ public protocol Remote: Sendable {
     /// Forgets any batch a wait fetched ahead, so that the next fetch asks the remote itself:
     /// what `synchronize()` returns after must include everything the remote had when called.
     func discardPrefetched()
+    /// After this mount found the remote's history is not the one it saw: gives the remote a
+    /// new identity if it still has `seen` (see `CloudStorage.renewIdentity(replacing:)`), so
+    /// that its other mounts resynchronise too. A server does this itself.
+    func renewIdentity(replacing seen: String) async throws
 }
 
 extension Remote {
     public func readOnlyReason() async throws -> String? { nil }
     public func discardPrefetched() {}
+    public func renewIdentity(replacing seen: String) async throws {}
 
     /// A push with no history mark to check.
     public func push(_ changes: [StampedChange]) async throws -> PushOutcome {
@@ -114,6 +119,10 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
         try withStorage { storage throws(CloudError) in try storage.identity() }
     }
 
+    public func renewIdentity(replacing seen: String) async throws {
+        _ = try withStorage { storage throws(CloudError) in try storage.renewIdentity(replacing: seen) }
+    }
+
     public func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
         try withStorage { storage throws(CloudError) in
             try check(mark, in: storage)
@@ -179,16 +188,7 @@ public final class CloudRemote<C: Clock>: Remote where C.Duration == Duration {
             }
             return try body(opened)
         } catch {
-            if error.isHistoryMismatch {
-                let mismatch = error
-                // Every other mount of this remote must resynchronise too: a new identity tells them.
-                do {
-                    _ = try storage.withLock { $0 }?.renewIdentity()
-                } catch {
-                    throw .historyMismatch("\(mismatch.description); and the remote's identity could not be renewed: \(error)")
-                }
-                throw .historyMismatch(mismatch.description)
-            }
+            if error.isHistoryMismatch { throw .historyMismatch(error.description) }
             storage.withLock { $0 = nil }
             throw .unreachable(error.description)
         }

@@ -136,6 +136,10 @@ public final class SyncEngine: Sendable {
             let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })
             let replacements = remoteChanges.values.filter { held[$0.key] != $0 }
             let changed = try await apply(replacements + removals, mode: .replace)
+            // The store then holds nothing for a removed key, as the remote: its tombstone bears
+            // the stamp of the value it removed, and would pass that value over should it come
+            // back (pushed again by a mount that still has it).
+            try store.forget(removals)
             try store.setSetting(Self.remoteSetting, to: try await remote.identity())
             try record(position)
             let message = "replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed"
@@ -174,6 +178,13 @@ public final class SyncEngine: Sendable {
         var backoff = Backoff()
         var generator = SystemRandomNumberGenerator()
         while !Task.isCancelled {
+            // Nothing is asked before a round has looked at the remote's identity: the stored
+            // position may be another account's (a mount moved with --remote), which the
+            // remote would take for another history.
+            if state.withLock({ $0.lastSync }) == nil {
+                try? await clock.sleep(for: .milliseconds(50))
+                continue
+            }
             do {
                 if knownPosition.withLock({ $0 }) == nil {
                     let stored = try storedPosition() ?? .start
@@ -242,6 +253,8 @@ public final class SyncEngine: Sendable {
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     private func resynchronise(identity: String?, because reason: String) async throws {
+        // Found by this mount's own position: its other mounts may not be able to tell.
+        if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
         let (remoteChanges, position) = try await fetchWholeHistory()
         let lost = store.allChanges().filter { local in
             guard let held = remoteChanges[local.key] else { return !local.isTombstone }

@@ -199,4 +199,8 @@ public final class FaultyRemote: Remote {
     public func discardPrefetched() {
         base.discardPrefetched()
     }
+
+    public func renewIdentity(replacing seen: String) async throws {
+        try await faulty("renew") { try await base.renewIdentity(replacing: seen) }
+    }
 }

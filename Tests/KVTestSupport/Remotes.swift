@@ -64,6 +64,15 @@ public final class InterruptibleRemote: Remote {
         try check("wait")
         return try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
     }
+
+    public func discardPrefetched() {
+        base.discardPrefetched()
+    }
+
+    public func renewIdentity(replacing seen: String) async throws {
+        try check("renew")
+        try await base.renewIdentity(replacing: seen)
+    }
 }
 
 /// A remote over in-memory cloud storage.

@@ -244,7 +244,7 @@ final class RestorableStorage: CloudStorage {
     func snapshot() -> MemoryCloudStorage { storage.snapshot() }
     private var storage: MemoryCloudStorage { current.withLock { $0 } }
     func identity() throws(CloudError) -> String { try storage.identity() }
-    func renewIdentity() throws(CloudError) -> String { try storage.renewIdentity() }
+    func renewIdentity(replacing seen: String) throws(CloudError) -> Bool { try storage.renewIdentity(replacing: seen) }
     func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome { try storage.push(changes, to: store) }
     func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
         try storage.changes(in: store, after: cursor, limit: limit)
