@@ -11,16 +11,22 @@ import Testing
 struct RestoredRemoteTests {
     typealias Device = SyncEngineTests.Device
 
-    /// A storage that can be put back to a backup, a remote on it for each device, and the
-    /// backup taken once `a` has pushed `early`; then `a` pushes five more keys.
-    private func restoredAfterLatePushes(in dir: TemporaryDirectory) async throws
+    /// A storage that can be put back to a backup, a remote on it for each device, device `a`,
+    /// and the backup taken once `a` has pushed `early`.
+    private func backedUp(in dir: TemporaryDirectory) async throws
         -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: CloudRemote<ContinuousClock>) {
         let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
         let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { storage }
         let a = try Device("a", in: dir, remote: remote)
         try a.store.put(.string("before"), forKey: "early")
         try await a.engine.synchronize()
-        let backup = storage.snapshot()
+        return (storage, storage.snapshot(), a, remote)
+    }
+
+    /// The same, then `a` pushes five more keys.
+    private func restoredAfterLatePushes(in dir: TemporaryDirectory) async throws
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: CloudRemote<ContinuousClock>) {
+        let (storage, backup, a, remote) = try await backedUp(in: dir)
         for index in 0..<5 { try a.store.put(.integer(index), forKey: "late\(index)") }
         try await a.engine.synchronize()
         return (storage, backup, a, remote)
@@ -111,12 +117,7 @@ struct RestoredRemoteTests {
     @Test("after a replacement, a value another mount pushes back reaches this mount too")
     func replacedKeyPushedBackConverges() async throws {
         try await withTemporaryDirectory { dir in
-            let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
-            let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { storage }
-            let a = try Device("a", in: dir, remote: remote)
-            try a.store.put(.string("before"), forKey: "early")
-            try await a.engine.synchronize()
-            let backup = storage.snapshot()
+            let (storage, backup, a, remote) = try await backedUp(in: dir)
             try a.store.put(.string("kept by b"), forKey: "gone")
             try await a.engine.synchronize()
             let b = try Device("b", in: dir, remote: remote)
@@ -146,12 +147,7 @@ struct RestoredRemoteTests {
     @Test("one restore sends a mount through one resynchronisation, however many other mounts find it out")
     func oneRestoreOneResynchronisation() async throws {
         try await withTemporaryDirectory { dir in
-            let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
-            let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { storage }
-            let a = try Device("a", in: dir, remote: remote)
-            try a.store.put(.string("before"), forKey: "early")
-            try await a.engine.synchronize()
-            let backup = storage.snapshot()
+            let (storage, backup, a, remote) = try await backedUp(in: dir)
             try a.store.put(.string("late"), forKey: "late")
             try await a.engine.synchronize()
             let d = try Device("d", in: dir, remote: remote)
