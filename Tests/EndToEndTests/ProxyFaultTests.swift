@@ -11,11 +11,28 @@ import Testing
 struct ProxyFaultTests {
     @Test("stalls, cuts mid-push and mid-event-stream, restarts and a restore from a backup lose no acknowledged write",
           .timeLimit(.minutes(1)), arguments: ServerBackend.allCases)
-    func faultyNetwork(backend: ServerBackend) throws {
+    func faultyNetwork(backend: ServerBackend) async throws {
         let seed = ProcessInfo.processInfo.environment["KVSFS_PROXY_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...999_999)
         print("proxy faults on \(backend): seed \(seed)")
+        let outcome = try await onOwnThread { try Self.run(backend, seed: seed) }
+        #expect(outcome.differences.isEmpty, "the mounts differ (seed \(seed)): \(outcome.differences.joined(separator: "; "))")
+        #expect(outcome.lost.isEmpty, "acknowledged writes lost (seed \(seed)): \(outcome.lost.joined(separator: "; "))")
+        #expect(outcome.syncStates.allSatisfy { $0.hasPrefix("synced") }, "A, B: \(outcome.syncStates) (seed \(seed))")
+        #expect(outcome.daemonsRunning)
+    }
+
+    /// What the schedule left: what the checks look at.
+    private struct Outcome: Sendable {
+        var differences: [String]
+        var lost: [String]
+        var syncStates: [String]
+        var daemonsRunning: Bool
+    }
+
+    /// Plays one schedule and heals; blocks for its whole length.
+    private static func run(_ backend: ServerBackend, seed: UInt64) throws -> Outcome {
         let started = Date()
-        try withTestServer(backend, label: "kvsfs-proxy") { fixture in
+        return try withTestServer(backend, label: "kvsfs-proxy") { fixture in
             let proxy = try FaultProxy(targetPort: fixture.server.port)
             defer { proxy.stop() }
             let a = try fixture.mount("a", remote: proxy.url)
@@ -36,12 +53,8 @@ struct ProxyFaultTests {
                 sync calls \(attempts), \(Int(Date().timeIntervalSince(started))) s; \
                 A: \(shownA.syncState); B: \(shownB.syncState)
                 """)
-            let differences = shownA.differences(from: shownB)
-            #expect(differences.isEmpty, "the mounts differ (seed \(seed)): \(differences.joined(separator: "; "))")
-            #expect(lost.isEmpty, "acknowledged writes lost (seed \(seed)): \(lost.joined(separator: "; "))")
-            #expect(shownA.syncState.hasPrefix("synced") && shownB.syncState.hasPrefix("synced"),
-                    "A: \(shownA.syncState); B: \(shownB.syncState) (seed \(seed))")
-            #expect(a.process.isRunning && b.process.isRunning)
+            return Outcome(differences: shownA.differences(from: shownB), lost: lost, syncStates: [shownA.syncState, shownB.syncState],
+                           daemonsRunning: a.process.isRunning && b.process.isRunning)
         }
     }
 

@@ -88,8 +88,10 @@ public final class EventRecorder: Sendable {
     public var events: [SyncEvent] { recorded.withLock { $0 } }
 }
 
-/// Waits until `condition` holds, for at most `seconds`; returns whether it held.
-public func eventually(within seconds: Double = 10, _ condition: () throws -> Bool) rethrows -> Bool {
+/// Waits until `condition` holds, for at most `seconds`; returns whether it held. The default
+/// is generous: the whole suite shares two cores, and a test that blocks holds a thread of the
+/// concurrency pool the others need.
+public func eventually(within seconds: Double = 30, _ condition: () throws -> Bool) rethrows -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
         if try condition() { return true }
@@ -98,12 +100,25 @@ public func eventually(within seconds: Double = 10, _ condition: () throws -> Bo
     return try condition()
 }
 
-/// Waits, without holding a thread, until `condition` holds, for at most `seconds`.
-public func waitUntil(within seconds: Double = 10, _ condition: () throws -> Bool) async rethrows -> Bool {
+/// Waits, without holding a thread, until `condition` holds, for at most `seconds` (as
+/// generous as `eventually`).
+public func waitUntil(within seconds: Double = 30, _ condition: () throws -> Bool) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
         if try condition() { return true }
         try? await Task.sleep(for: .milliseconds(5))
     }
     return try condition()
+}
+
+/// Runs `body` on a thread of its own and waits for it without holding one: a test that blocks
+/// for many seconds (processes, mounts, a schedule of faults) leaves the concurrency pool, which
+/// has as many threads as cores, to the async tests running beside it. Expectations belong
+/// after it, on the test's own task: `body` returns what they check.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread { continuation.resume(with: Result { try body() }) }
+        thread.stackSize = 8 << 20
+        thread.start()
+    }
 }
