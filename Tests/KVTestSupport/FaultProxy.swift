@@ -76,6 +76,9 @@ public final class FaultProxy: @unchecked Sendable {
     public init(targetPort: Int, maximumConnections: Int = 64) throws {
         self.targetPort = targetPort
         self.maximumConnections = maximumConnections
+        // Its wake-up pipe and sockets are written to after their other end may have gone: in
+        // the test process, that is an error to handle, never a signal that ends every test.
+        signal(SIGPIPE, SIG_IGN)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw DaemonError(description: "socket: \(String(cString: strerror(errno)))") }
         var yes: Int32 = 1
@@ -356,7 +359,9 @@ public final class FaultProxy: @unchecked Sendable {
     private static func move(_ flow: inout Flow, from source: Int32, to destination: Int32, scratch: inout [UInt8]) -> Outcome {
         while true {
             if flow.pending {
-                let count = flow.buffer[flow.written...].withUnsafeBytes { write(destination, $0.baseAddress, $0.count) }
+                // MSG_NOSIGNAL: a peer that closed is a failed flow, not a SIGPIPE that ends the
+                // whole test process.
+                let count = flow.buffer[flow.written...].withUnsafeBytes { send(destination, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 if count < 0 { return errno == EAGAIN || errno == EWOULDBLOCK ? .open : .failed }
                 flow.written += count
                 if flow.pending { return .open }
