@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "KVStore", dependencies: [
             .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift"),
         ]),
-        .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore"]),
+        .target(name: "KVSFS", dependencies: ["FuseKit", "KVStore", .product(name: "Logging", package: "swift-log")]),
         .target(name: "KVCloud", dependencies: ["KVStore", .product(name: "GRDB", package: "GRDB.swift")]),
         // What server and clients say on the wire, and the server's reading of requests: no NIO.
         .target(name: "KVWire", dependencies: ["KVStore", "KVCloud"]),
@@ -59,6 +59,7 @@ let package = Package(
             dependencies: [
                 "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync", "KVServer", "KVPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(name: "kvsfs-load", dependencies: [
@@ -66,7 +67,9 @@ let package = Package(
         ]),
         // The crash torture harness (scripts/torture): drives the kvsfs binary and its mount with POSIX calls.
         .executableTarget(name: "kvsfs-torture"),
-        .target(name: "KVTestSupport", dependencies: ["FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync"], path: "Tests/KVTestSupport"),
+        .target(name: "KVTestSupport", dependencies: [
+            "FuseKit", "KVStore", "KVSFS", "KVCloud", "KVSync", .product(name: "Logging", package: "swift-log"),
+        ], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "SyncTests", dependencies: [
             "KVStore", "KVCloud", "KVSync", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
@@ -74,7 +77,7 @@ let package = Package(
         ]),
         .testTarget(name: "KVServerTests", dependencies: ["KVServer"]),
         .testTarget(name: "KVWireTests", dependencies: ["KVWire", "KVStore", "KVCloud", "KVTestSupport"]),
-        .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport"]),
+        .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
     ]

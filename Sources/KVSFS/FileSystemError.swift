@@ -1,6 +1,7 @@
 import FuseKit
 import Glibc
 import KVStore
+import Logging
 
 /// Why the mount refused an operation that the store never saw.
 public enum FileSystemError: Error, Equatable, Sendable {
@@ -26,18 +27,11 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case tooManyEditorFiles(limit: Int)
     case editorFileTooLarge(limit: Int)
     case exchangeNotSupported
-    /// `synchronize()` (fsync of the root) could not reach the remote.
-    case remoteUnreachable(String)
-    /// The remote is busy or rate-limited: try again later.
-    case remoteBusy(String)
-    /// The sync server refused the mount's token (unknown, revoked, or not for this store),
-    /// with its reason.
-    case authorizationRefused(String)
 }
 
 /// The one place that turns an error into the errno a request is answered with.
 public enum ErrnoMapping {
-    public static func errno(for error: any Error, log: (String) -> Void) -> Int32 {
+    public static func errno(for error: any Error, logger: Logger) -> Int32 {
         switch error {
         case let error as StoreError:
             switch error {
@@ -51,7 +45,7 @@ public enum ErrnoMapping {
             case .keyExists: return EEXIST
             case .storeInUse: return EBUSY
             case .database(let message):
-                log("store failure answered with EIO: \(message)")
+                logger.error("store failure answered with EIO: \(message)")
                 return EIO
             }
         case let error as FileSystemError:
@@ -67,14 +61,17 @@ public enum ErrnoMapping {
             case .emptyValue, .nonCanonicalName, .exchangeNotSupported: return EINVAL
             case .tooManyEditorFiles: return ENOSPC
             case .editorFileTooLarge: return EFBIG
-            case .remoteUnreachable: return EHOSTUNREACH
-            case .remoteBusy: return EAGAIN
+            }
+        case let error as SyncFailure:
+            switch error {
+            case .unreachable: return EHOSTUNREACH
+            case .busy: return EAGAIN
             case .authorizationRefused: return EACCES
             }
         case let error as Errno:
             return error.rawValue
         default:
-            log("unexpected error answered with EIO: \(error)")
+            logger.error("unexpected error answered with EIO: \(error)")
             return EIO
         }
     }

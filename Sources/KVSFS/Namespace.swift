@@ -82,16 +82,17 @@ final class OpenFile {
     /// A refusal given at commit to the content as it stands; writing more clears it, so
     /// that a flush of a descriptor closed early (bash's redirections) does not doom the rest.
     var commitRefusal: (any Error)?
-    /// Opened by the sync thread applying a remote change: committed as that change.
-    let external: Bool
+    /// The remote change this handle was opened to write, by whoever applies remote changes:
+    /// committed as that change, past the local quotas.
+    let remoteWrite: RemoteWrite?
     /// For a reader that opened while a writer had the file open: the committed value as it
     /// was then, which every read of this handle serves whole (past the page cache).
     var snapshot: [UInt8]?
 
-    init(node: Node, writable: Bool, external: Bool = false) {
+    init(node: Node, writable: Bool, remoteWrite: RemoteWrite? = nil) {
         self.node = node
         self.writable = writable
-        self.external = external
+        self.remoteWrite = remoteWrite
     }
 }
 

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// When a change was made, by a hybrid logical clock: physical milliseconds, then a counter
 /// for changes within the same millisecond (or behind a faster clock seen elsewhere), then
@@ -114,39 +113,4 @@ public enum ExternalApplyMode: Sendable, Equatable {
     case rollback
     /// Unconditionally: the store now follows another account's values.
     case replace
-}
-
-/// The remote changes being applied through a mount right now, and the threads applying
-/// them. The file system asks it whether a request comes from an applier thread, and which
-/// change that thread is writing, so that the write is committed as that change (with its
-/// stamp, not uploaded again) rather than as a new local change.
-public final class ExternalChangeRegistry: Sendable {
-    private struct State {
-        var threads: Set<Int32> = []
-        var inFlight: [String: (StampedChange, ExternalApplyMode)] = [:]
-    }
-    private let state = Mutex(State())
-
-    public init() {}
-
-    public func registerApplier(thread: Int32) {
-        state.withLock { _ = $0.threads.insert(thread) }
-    }
-
-    public func isApplier(thread: Int32) -> Bool {
-        state.withLock { $0.threads.contains(thread) }
-    }
-
-    public func begin(_ change: StampedChange, mode: ExternalApplyMode) {
-        state.withLock { $0.inFlight[change.key] = (change, mode) }
-    }
-
-    public func end(_ key: String) {
-        state.withLock { _ = $0.inFlight.removeValue(forKey: key) }
-    }
-
-    /// The change being applied to `key`, if any.
-    public func inFlight(_ key: String) -> (StampedChange, ExternalApplyMode)? {
-        state.withLock { $0.inFlight[key] }
-    }
 }

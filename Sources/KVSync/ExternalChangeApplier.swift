@@ -1,5 +1,6 @@
 import Foundation
 import KVStore
+import Synchronization
 
 /// Takes remote changes into the local store. Returns the keys whose value changed; throws
 /// when a change could not be taken in, so that the caller fetches and applies it again.
@@ -22,9 +23,13 @@ public struct StoreApplier: ExternalChangeApplying {
 
 /// Applies remote changes through the mount's own path, from a thread of its own, so that the
 /// kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and IN_DELETE for them as for any
-/// writer. The thread's id is registered with `registry`, and each change is announced there
-/// while its file is written: the file system commits that write as the remote change itself
-/// (with its stamp, not uploaded again) and skips the local quota checks.
+/// writer. While a change's file is written, `changeBeingApplied(byThread:)` names it for the
+/// requests of that thread (FUSE gives each request the kernel id of the calling thread): the
+/// file system commits that write as the remote change itself (with its stamp, not uploaded
+/// again) and skips the local quota checks.
+///
+/// Invariant: one thread applies, one change at a time, so a thread id and the change in
+/// flight are all it takes to recognise the applier's requests.
 ///
 /// A change the mount cannot show as a file operation (a key hidden by an editor's save in
 /// progress, say) goes straight to the store, without an inotify event.
@@ -32,24 +37,29 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
     private let mountpoint: String
     private let fileName: @Sendable (String) -> String
     private let store: KeyValueStore
-    private let registry: ExternalChangeRegistry
     private let jobs = JobQueue()
+    private let applying = ChangeInFlight()
     /// The mount's root while a batch is applied (-1 otherwise). Files are reached relative to
     /// it; it is not held between batches, which would make `fusermount3 -u` fail with EBUSY.
     private var root: Int32 = -1
 
     /// `fileName` maps a key to its file name in the mount.
-    public init(mountpoint: String, fileName: @escaping @Sendable (String) -> String, store: KeyValueStore, registry: ExternalChangeRegistry) {
+    public init(mountpoint: String, fileName: @escaping @Sendable (String) -> String, store: KeyValueStore) {
         self.mountpoint = mountpoint
         self.fileName = fileName
         self.store = store
-        self.registry = registry
-        let thread = Thread { [jobs, registry] in
-            registry.registerApplier(thread: currentThreadID())
+        let thread = Thread { [jobs, applying] in
+            applying.startedOn(thread: currentThreadID())
             jobs.serve()
         }
         thread.name = "kvsfs-applier"
         thread.start()
+    }
+
+    /// The change the thread `thread` is writing through the mount, and how it is to be taken
+    /// in; nil when `thread` is not the applier's or it is between changes.
+    public func changeBeingApplied(byThread thread: Int32) -> (change: StampedChange, mode: ExternalApplyMode)? {
+        applying.change(ofThread: thread)
     }
 
     public func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String] {
@@ -71,14 +81,14 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
         for change in changes {
             if mode == .merge, !store.accepts(change) { continue }
             let before = store.entry(forKey: change.key)?.xml
-            registry.begin(change, mode: mode)
+            applying.begin(change, mode: mode)
             let name = fileName(change.key)
             if root >= 0, let value = change.value {
                 writeFile(name, Array(value))
             } else if root >= 0, before != nil {
                 unlinkat(root, name, 0)
             }
-            registry.end(change.key)
+            applying.end()
             if store.allChanges(forKey: change.key)?.stamp != change.stamp {
                 do {
                     try store.applyExternal([change], mode: mode)
@@ -120,6 +130,33 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
             }
         }
         close(descriptor)
+    }
+}
+
+/// The applying thread's kernel id (0 until it has started), and the change it is writing.
+private final class ChangeInFlight: Sendable {
+    private let state = Mutex<(thread: Int32, change: StampedChange?, mode: ExternalApplyMode)>((0, nil, .merge))
+
+    func startedOn(thread: Int32) {
+        state.withLock { $0.thread = thread }
+    }
+
+    func begin(_ change: StampedChange, mode: ExternalApplyMode) {
+        state.withLock {
+            $0.change = change
+            $0.mode = mode
+        }
+    }
+
+    func end() {
+        state.withLock { $0.change = nil }
+    }
+
+    func change(ofThread thread: Int32) -> (change: StampedChange, mode: ExternalApplyMode)? {
+        state.withLock { state in
+            guard state.thread != 0, state.thread == thread, let change = state.change else { return nil }
+            return (change, state.mode)
+        }
     }
 }
 

@@ -5,6 +5,7 @@ import KVCloud
 import KVSFS
 import KVStore
 import KVSync
+import Logging
 
 struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -74,21 +75,21 @@ struct Mount: ParsableCommand {
             throw CommandFailure("store '\(store.storeID)' in \(dataDirectory.path) is already mounted by another kvsfs process")
         }
         let keyValueStore = try KeyValueStore(path: location.databasePath)
+        let logger = Logger(label: "kvsfs")
         for change in keyValueStore.quarantined {
-            FileHandleOutput.standardError.write(
-                "kvsfs: a committed change to \(change.key.debugDescription) (\(change.stamp)) was refused by the database and kept in \(location.databasePath).quarantine\n")
+            logger.error("a committed change to \(change.key.debugDescription) (\(change.stamp)) was refused by the database and kept in \(location.databasePath).quarantine")
         }
         let newLimits = requestedLimits(over: keyValueStore.limits)
         if let newLimits { try keyValueStore.setLimits(newLimits) }
 
         let sync = try makeRemote(dataDirectory: dataDirectory, limits: newLimits).map { remote in
             try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
-                          eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path)
+                          eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path, logger: logger)
         }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
             configuration: MountConfiguration(format: ValueFormat(rawValue: format)!),
-            sync: sync?.hooks)
+            sync: sync, logger: logger)
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
         // permissions (0644 files, 0755 directory, owned by the mounting user).

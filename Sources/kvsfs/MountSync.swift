@@ -1,9 +1,11 @@
 import Dispatch
 import Foundation
+import FuseKit
 import KVCloud
 import KVSFS
 import KVStore
 import KVSync
+import Logging
 import Synchronization
 
 /// `--remote` values.
@@ -25,65 +27,77 @@ enum RemoteLocation {
 }
 
 /// Sync for one mount: the engine, the thread that applies remote changes through the mount,
-/// the event log, and the hooks the file system calls.
-final class MountSync: Sendable {
+/// and the event log; the mount's one door to them.
+final class MountSync: MountSynchronizer {
     let engine: SyncEngine
-    let hooks: SyncHooks
     private let store: KeyValueStore
+    private let remote: any Remote
+    private let applier: MountApplier
+    private let events: EventLog
+    private let waits = RemoteWaits()
 
-    init(store: KeyValueStore, remote: any Remote, mountpoint: String, eventLogPath: String) throws {
+    init(store: KeyValueStore, remote: any Remote, mountpoint: String, eventLogPath: String, logger: Logger) throws {
         self.store = store
-        let events: EventLog
+        self.remote = remote
         do {
             events = try EventLog(path: eventLogPath)
         } catch {
             throw CommandFailure("cannot open the event log \(eventLogPath): \(error.localizedDescription)")
         }
-        let registry = ExternalChangeRegistry()
-        let waits = RemoteWaits()
-        let applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store, registry: registry)
-        let engine = SyncEngine(store: store, remote: remote, applier: applier) { event in
+        applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
+        engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
             events.append(event)
             switch event.reason {
             case .refusedRemoteChange:
-                FileHandleOutput.standardError.write("kvsfs: a change from the remote was refused: \(event.message ?? "")\n")
+                logger.warning("a change from the remote was refused: \(event.message ?? "")")
             case .applyFailed:
-                FileHandleOutput.standardError.write("kvsfs: remote changes to \(event.keys) could not be applied, retrying: \(event.message ?? "")\n")
+                logger.error("remote changes to \(event.keys) could not be applied, retrying: \(event.message ?? "")")
             default:
                 break
             }
         }
-        self.engine = engine
-        hooks = SyncHooks(
-            externalChanges: registry,
-            synchronize: { [waits] in try MountSync.wait(in: waits) { try await engine.synchronize() } },
-            pushNow: { [waits] in try MountSync.wait(in: waits) { try await engine.pushNow() } },
-            replaceWithRemote: { [waits] in try MountSync.wait(in: waits) { try await engine.replaceWithRemote() } },
-            rootAttributes: {
-                [
-                    "user.kvsfs.events": events.path,
-                    "user.kvsfs.remote": remote.description,
-                    "user.kvsfs.sync": MountSync.summary(engine.status, pending: store.pendingCount),
-                ]
-            })
     }
 
     func start() { engine.start() }
     func stop() { engine.stop() }
 
+    func remoteWrite(in context: RequestContext) -> RemoteWrite? {
+        applier.changeBeingApplied(byThread: context.threadID).map { RemoteWrite(change: $0.change, mode: $0.mode) }
+    }
+
+    func synchronize() throws {
+        try wait { [engine] in try await engine.synchronize() }
+    }
+
+    func pushNow() throws {
+        try wait { [engine] in try await engine.pushNow() }
+    }
+
+    func replaceWithRemote() throws {
+        try wait { [engine] in try await engine.replaceWithRemote() }
+    }
+
+    func rootAttributes() -> [String: String] {
+        [
+            "user.kvsfs.events": events.path,
+            "user.kvsfs.remote": remote.description,
+            "user.kvsfs.sync": MountSync.summary(engine.status, pending: store.pendingCount),
+        ]
+    }
+
     /// Runs `work` from a FUSE request thread, waiting for it within `waits`' bounds; errors
-    /// become the file system's.
-    private static func wait(in waits: RemoteWaits, for work: @escaping @Sendable () async throws -> Void) throws {
+    /// become the mount's.
+    private func wait(for work: @escaping @Sendable () async throws -> Void) throws {
         do {
             try waits.run(work)
-        } catch let error as FileSystemError {
+        } catch let error as SyncFailure {
             throw error
         } catch let error as RemoteError where error.retryAfter != nil {
-            throw FileSystemError.remoteBusy(error.description)
+            throw SyncFailure.busy(error.description)
         } catch RemoteError.authorizationRefused(let reason) {
-            throw FileSystemError.authorizationRefused(reason)
+            throw SyncFailure.authorizationRefused(reason)
         } catch {
-            throw FileSystemError.remoteUnreachable(String(describing: error))
+            throw SyncFailure.unreachable(String(describing: error))
         }
     }
 

@@ -20,11 +20,11 @@ final class RemoteWaits: Sendable {
     func run(_ work: @escaping @Sendable () async throws -> Void) throws {
         guard waiting.add(1, ordering: .acquiringAndReleasing).newValue <= Self.limit else {
             waiting.subtract(1, ordering: .acquiringAndReleasing)
-            throw FileSystemError.remoteBusy("\(Self.limit) requests already wait on the remote: retry")
+            throw SyncFailure.busy("\(Self.limit) requests already wait on the remote: retry")
         }
         defer { waiting.subtract(1, ordering: .acquiringAndReleasing) }
         guard let result = waitFor(work, timeout: Self.timeout) else {
-            throw FileSystemError.remoteBusy("the remote did not answer within \(Self.timeout)")
+            throw SyncFailure.busy("the remote did not answer within \(Self.timeout)")
         }
         try result.get()
     }

@@ -2,6 +2,7 @@ import FuseKit
 import Glibc
 import KVSFS
 import KVStore
+import Logging
 import KVTestSupport
 import Testing
 
@@ -14,7 +15,7 @@ final class Harness {
 
     init(limits: QuotaLimits? = nil, format: ValueFormat = .xml) throws {
         store = try makeStore(in: directory, limits: limits)
-        fs = KeyValueFileSystem(store: store, configuration: MountConfiguration(format: format), log: { _ in })
+        fs = KeyValueFileSystem(store: store, configuration: MountConfiguration(format: format), logger: .silent)
     }
 
     deinit { directory.remove() }

@@ -2,6 +2,7 @@ import Foundation
 import FuseKit
 import KVSFS
 import KVStore
+import Logging
 
 /// A fresh directory under /tmp, removed by `remove()`.
 public struct TemporaryDirectory: Sendable {
@@ -54,7 +55,7 @@ public final class InProcessMount: @unchecked Sendable {
     public init(store: KeyValueStore, mountpoint: String, configuration: MountConfiguration = MountConfiguration()) throws {
         self.mountpoint = mountpoint
         self.store = store
-        let fileSystem = KeyValueFileSystem(store: store, configuration: configuration, log: { _ in })
+        let fileSystem = KeyValueFileSystem(store: store, configuration: configuration, logger: .silent)
         mount = try FuseMount(fileSystem: fileSystem, mountpoint: mountpoint, options: ["fsname=kvsfs:test", "subtype=kvsfs"])
         let thread = Thread { [mount, finished] in
             mount.run()

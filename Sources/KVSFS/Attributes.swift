@@ -1,0 +1,172 @@
+import FoundationEssentials
+import FuseKit
+import Glibc
+import KVStore
+import Logging
+import Synchronization
+
+/// What the mount shows of a key besides its name: attributes, the file's bytes in the
+/// mount's format, extended attributes and `df`'s figures.
+extension KeyValueFileSystem {
+    public func getattr(inode: InodeNumber) throws -> AttributesReply {
+        try state.withLock { ns in
+            if inode == .root { return rootAttributes(ns) }
+            let node = try existingNode(inode, in: ns)
+            return AttributesReply(attributes: attributes(of: node), timeout: attributeTimeout(of: node))
+        }
+    }
+
+    public func setattr(inode: InodeNumber, changes: AttributeChanges, handle: FileHandle?, context: RequestContext) throws -> AttributesReply {
+        try state.withLock { ns in
+            if inode == .root {
+                if let permissions = changes.permissions, permissions != 0o755 { throw FileSystemError.permissionsFixed }
+                try checkOwnership(changes)
+                return rootAttributes(ns)
+            }
+            let node = try existingNode(inode, in: ns)
+            if let permissions = changes.permissions, permissions != 0o644 { throw FileSystemError.permissionsFixed }
+            try checkOwnership(changes)
+            if let size = changes.size {
+                try truncate(node, to: Int(size), through: handle.flatMap { ns.handles[$0] }, in: &ns)
+            }
+            if let change = changes.modificationTime {
+                switch node.kind {
+                case .placeholder, .editorFile:
+                    node.modifiedAt = date(of: change)
+                case .key, .removed:
+                    break  // A key's mtime is when its value last changed.
+                }
+            }
+            return AttributesReply(attributes: attributes(of: node), timeout: attributeTimeout(of: node))
+        }
+    }
+
+    /// `df`: blocks of one byte, the store's byte quota and its use; files are keys.
+    public func statfs(inode: InodeNumber) throws -> FileSystemStatistics {
+        let limits = store.limits
+        let usage = store.usage
+        return FileSystemStatistics(
+            blockSize: 1,
+            blocks: UInt64(limits.totalBytes),
+            blocksFree: UInt64(max(0, limits.totalBytes - usage.bytes)),
+            files: UInt64(limits.keys),
+            filesFree: UInt64(max(0, limits.keys - usage.keys)),
+            nameMax: 255)
+    }
+
+    /// The bytes a node's file holds, in the mount's format.
+    func content(of node: Node) -> [UInt8] {
+        switch node.kind {
+        case .key(let key):
+            guard let entry = store.entry(forKey: key) else { return [] }
+            guard configuration.format != .xml else { return entry.xml }
+            if let rendered = node.rendered, rendered.xml == entry.xml { return rendered.bytes }
+            do {
+                let bytes = try PropertyListCodec.encode(try PropertyListCodec.decode(entry.xml), as: configuration.format)
+                node.rendered = (entry.xml, bytes)
+                return bytes
+            } catch {
+                logger.error("cannot render \(key) as \(configuration.format): \(error)")
+                return entry.xml
+            }
+        case .placeholder:
+            return []
+        case .editorFile(let file):
+            return file.content
+        case .removed(let content):
+            return content
+        }
+    }
+
+    func attributes(of node: Node) -> FileAttributes {
+        var modified = node.modifiedAt
+        let size: Int
+        if case .key(let key) = node.kind, let entry = store.entry(forKey: key) {
+            // One look-up of the key: in the default format the file is the stored XML itself.
+            modified = entry.modifiedAt
+            size = configuration.format == .xml ? entry.size : content(of: node).count
+        } else {
+            size = content(of: node).count
+        }
+        let time = TimeStamp(secondsSince1970: modified.timeIntervalSince1970)
+        return FileAttributes(
+            inode: node.inode, kind: .regularFile, permissions: 0o644, size: UInt64(size),
+            linkCount: node.isRemoved ? 0 : 1, uid: configuration.uid, gid: configuration.gid,
+            accessTime: time, modificationTime: time, changeTime: time)
+    }
+
+    /// Keys nobody is writing may be cached long; anything else may change without the kernel
+    /// seeing its size change (a commit re-renders the value), so it is not cached.
+    func attributeTimeout(of node: Node) -> Double {
+        node.isKey && node.openWriters == 0 ? configuration.cacheTimeout : 0
+    }
+
+    func entry(for node: Node) -> Entry {
+        Entry(attributes: attributes(of: node), attributeTimeout: attributeTimeout(of: node), entryTimeout: configuration.cacheTimeout)
+    }
+
+    func rootAttributes(_ ns: Namespace) -> AttributesReply {
+        let time = TimeStamp(secondsSince1970: ns.directoryModifiedAt.timeIntervalSince1970)
+        let attributes = FileAttributes(
+            inode: .root, kind: .directory, permissions: 0o755, size: 0, linkCount: 2,
+            uid: configuration.uid, gid: configuration.gid, accessTime: time, modificationTime: time, changeTime: time)
+        return AttributesReply(attributes: attributes, timeout: configuration.cacheTimeout)
+    }
+
+    func checkOwnership(_ changes: AttributeChanges) throws {
+        if let uid = changes.uid, uid != configuration.uid { throw FileSystemError.ownershipFixed }
+        if let gid = changes.gid, gid != configuration.gid { throw FileSystemError.ownershipFixed }
+    }
+
+    func date(of change: AttributeChanges.TimeChange) -> Date {
+        switch change {
+        case .now: Date()
+        case .to(let time): Date(timeIntervalSince1970: Double(time.seconds) + Double(time.nanoseconds) / 1e9)
+        }
+    }
+
+    // MARK: - Extended attributes
+
+    public func getxattr(inode: InodeNumber, name: String) throws -> [UInt8] {
+        if inode == .root {
+            guard let sync else { throw FileSystemError.noSuchAttribute }
+            if name == Self.synchronizeAttribute {
+                try sync.synchronize()
+                return Array("done".utf8)
+            }
+            if name == Self.replaceAttribute {
+                try sync.replaceWithRemote()
+                return Array("done".utf8)
+            }
+            guard let value = sync.rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
+            return Array(value.utf8)
+        }
+        return try state.withLock { ns in
+            let node = try existingNode(inode, in: ns)
+            guard case .key(let key) = node.kind, let entry = store.entry(forKey: key) else {
+                throw FileSystemError.noSuchAttribute
+            }
+            switch name {
+            case Self.typeAttribute: return Array(entry.type.rawValue.utf8)
+            case Self.syncAttribute where sync != nil: return Array((store.syncState(forKey: key) ?? .pending).rawValue.utf8)
+            default: throw FileSystemError.noSuchAttribute
+            }
+        }
+    }
+
+    public func listxattr(inode: InodeNumber) throws -> [String] {
+        if inode == .root { return sync?.rootAttributes().keys.sorted() ?? [] }
+        return try state.withLock { ns in
+            guard try existingNode(inode, in: ns).isKey else { return [] }
+            return sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
+        }
+    }
+
+    public func setxattr(inode: InodeNumber, name: String, value: [UInt8], flags: Int32) throws {
+        throw name.hasPrefix("user.kvsfs.") ? FileSystemError.attributeReadOnly : FileSystemError.attributesNotSupported
+    }
+
+    public func removexattr(inode: InodeNumber, name: String) throws {
+        throw name.hasPrefix("user.kvsfs.") ? FileSystemError.attributeReadOnly : FileSystemError.attributesNotSupported
+    }
+}

@@ -1,0 +1,90 @@
+import FoundationEssentials
+import FuseKit
+import Glibc
+import KVStore
+import Logging
+import Synchronization
+
+/// When and how what a handle wrote becomes a key's value: at flush, fsync or release, whole,
+/// decoded and checked against the quotas; a remote change written by the applier is taken
+/// in as that change. Decoding happens before the namespace lock where it can.
+extension KeyValueFileSystem {
+    /// Commits what a handle wrote. Idempotent: a second flush of the same data does nothing.
+    func commit(_ file: OpenFile, decoded: DecodedContent? = nil, in ns: inout Namespace) throws {
+        if let refusal = file.writeRefusal ?? file.commitRefusal { throw refusal }
+        guard file.dirty else { return }
+        do {
+            if let remote = file.remoteWrite, remote.change.key == file.node.key {
+                try commitExternal(remote, to: file.node, in: &ns)
+            } else {
+                try commit(file.buffer ?? [], to: file.node, decoded: decoded, in: &ns)
+            }
+            file.dirty = false
+        } catch {
+            file.commitRefusal = error
+            throw error
+        }
+    }
+
+    /// Makes `content` the node's content: for a key, a parsed value checked against the quotas.
+    func commit(_ content: [UInt8], to node: Node, decoded: DecodedContent? = nil, in ns: inout Namespace) throws {
+        switch node.kind {
+        case .key(let key):
+            try store.put(try decode(content, reusing: decoded), forKey: key)
+        case .placeholder(let key):
+            guard !content.isEmpty else { return }
+            try store.put(try decode(content, reusing: decoded), forKey: key)
+            unhide(key, in: &ns)
+            ns.setKind(node, .key(key))
+        case .editorFile(var file):
+            file.content = content
+            ns.setKind(node, .editorFile(file))
+            node.modifiedAt = Date()
+        case .removed:
+            return
+        }
+        node.pageCacheTrusted = false
+        node.rendered = nil
+    }
+
+    /// Makes a remote change the node's value, as the change itself (its stamp, its sync state).
+    func commitExternal(_ remote: RemoteWrite, to node: Node, in ns: inout Namespace) throws {
+        try store.applyExternal([remote.change], mode: remote.mode)
+        if case .placeholder(let key) = node.kind, store.entry(forKey: key) != nil {
+            unhide(key, in: &ns)
+            ns.setKind(node, .key(key))
+        }
+        node.pageCacheTrusted = false
+        node.rendered = nil
+    }
+
+    /// The value `content` holds, within the store's per-value limit: the one `decoded`
+    /// found before the lock when the bytes are the same, else decoded now.
+    func decode(_ content: [UInt8], reusing decoded: DecodedContent? = nil) throws -> PropertyListValue {
+        guard !content.isEmpty else { throw FileSystemError.emptyValue }
+        if let decoded, decoded.bytes == content { return try decoded.value.get() }
+        return try PropertyListCodec.decode(content, limits: decodingLimits)
+    }
+
+    var decodingLimits: PropertyListDecodingLimits {
+        PropertyListDecodingLimits(maxBytes: store.limits.valueBytes)
+    }
+
+    /// Decodes, without the namespace lock, what a handle would commit: a large or hostile
+    /// value then holds up no other request. Only a guess: the commit, under the lock, uses
+    /// it only if the handle still holds the same bytes.
+    func decodeUnlocked(_ handle: FileHandle) -> DecodedContent? {
+        decodeUnlocked { ns in
+            guard let file = ns.handles[handle], file.dirty, file.remoteWrite == nil, file.writeRefusal == nil, file.commitRefusal == nil,
+                  file.node.key != nil else { return nil }
+            return file.buffer
+        }
+    }
+
+    /// Decodes the bytes `pick` finds under the lock, after letting go of it.
+    func decodeUnlocked(_ pick: (inout Namespace) -> [UInt8]?) -> DecodedContent? {
+        guard let bytes = state.withLock({ pick(&$0) }), !bytes.isEmpty else { return nil }
+        let limits = decodingLimits
+        return DecodedContent(bytes: bytes, value: Result { () throws(StoreError) in try PropertyListCodec.decode(bytes, limits: limits) })
+    }
+}

@@ -1,0 +1,51 @@
+import FuseKit
+import KVStore
+
+/// A remote change being written through the mount by whoever applies remote changes.
+public struct RemoteWrite: Sendable, Equatable {
+    public var change: StampedChange
+    public var mode: ExternalApplyMode
+
+    public init(change: StampedChange, mode: ExternalApplyMode) {
+        self.change = change
+        self.mode = mode
+    }
+}
+
+/// The one door between a mount and whatever keeps its store in sync with a remote: the
+/// mount knows nothing else of sync. Wired by whoever runs both.
+///
+/// Remote changes reach the store through the mount's own file operations, so that the
+/// kernel raises inotify events for them as for any writer. A request that comes from that
+/// applier writes the change it names, as that change (its stamp, not uploaded again), and is
+/// not held to the local quotas or to a read-only store.
+public protocol MountSynchronizer: Sendable {
+    /// The remote change the request is writing, when `context` is the applier's; nil for
+    /// every other request.
+    func remoteWrite(in context: RequestContext) -> RemoteWrite?
+
+    /// Pushes what is pending and fetches and applies what is new, blocking until done.
+    /// Throws `SyncFailure`. Never called from a request during which the kernel holds the
+    /// root directory's lock: remote changes are applied through that directory.
+    func synchronize() throws
+
+    /// Pushes what is pending, blocking until the remote has it (or throwing like
+    /// `synchronize`), and starts a round that fetches and applies, not waited for.
+    func pushNow() throws
+
+    /// Replaces the store's values by the remote's, blocking and throwing like `synchronize`.
+    func replaceWithRemote() throws
+
+    /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
+    func rootAttributes() -> [String: String]
+}
+
+/// Why a request that waits on the remote (`kvsfs sync`, fsync of the root) failed.
+public enum SyncFailure: Error, Equatable, Sendable {
+    /// The remote could not be reached.
+    case unreachable(String)
+    /// The remote is busy or rate-limited, or too many requests wait on it: try again later.
+    case busy(String)
+    /// The sync server refused the mount's token (unknown, revoked, or not for this store).
+    case authorizationRefused(String)
+}
