@@ -42,7 +42,6 @@ public enum ErrnoMapping {
             case .tooManyKeys: return ENOSPC
             case .keyTooLong: return ENAMETOOLONG
             case .noSuchKey: return ENOENT
-            case .keyExists: return EEXIST
             case .storeInUse: return EBUSY
             case .database(let message):
                 logger.error("store failure answered with EIO: \(message)")

@@ -17,7 +17,6 @@ public enum StoreError: Error, Equatable, Sendable {
     /// A change stamp outside the stamp rule (`StampRule`).
     case invalidStamp(String)
     case noSuchKey(String)
-    case keyExists(String)
     /// Another process has this store open.
     case storeInUse(String)
     case invalidStoreName(String)
@@ -39,7 +38,6 @@ extension StoreError: CustomStringConvertible {
         case .invalidKey(let reason): "invalid key: \(reason)"
         case .invalidStamp(let reason): "invalid change stamp: \(reason)"
         case .noSuchKey(let key): "no key \(key)"
-        case .keyExists(let key): "key \(key) exists"
         case .storeInUse(let path): "the store \(path) is already mounted by another kvsfs process"
         case .invalidStoreName(let name): "invalid store name \(name): use letters, digits, '.', '_' and '-'"
         case .database(let message): "database error: \(message)"

@@ -35,7 +35,7 @@ struct ChangeJournalTests {
             try store.put(.integer(2), forKey: "b")
             try store.put(.array([.boolean(true), .data(Data([0, 255]))]), forKey: "c")
             try store.removeValue(forKey: "b")
-            try store.moveValue(from: "a", to: "moved")
+            try store.apply([.move(from: "a", to: "moved")])
             try store.put(.string("again"), forKey: "c")
             #expect(try journalSize(dir) > 0, "the changes are still only in the journal")
 

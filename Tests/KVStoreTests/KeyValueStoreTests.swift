@@ -98,11 +98,9 @@ struct KeyValueStoreTests {
             let store = try makeStore(in: dir)
             try store.put(.string("one"), forKey: "a")
             try store.put(.string("two"), forKey: "b")
-            try store.moveValue(from: "a", to: "b")
+            try store.apply([.move(from: "a", to: "b")])
             #expect(store.keys() == ["b"])
             #expect(try PropertyListCodec.decode(store.entry(forKey: "b")!.xml) == .string("one"))
-            try store.put(.string("three"), forKey: "c")
-            #expect(throws: StoreError.keyExists("b")) { try store.moveValue(from: "c", to: "b", replacing: false) }
         }
     }
 

@@ -1,0 +1,180 @@
+import Foundation
+import GRDB
+import Synchronization
+
+/// The store's database: the journal moved into it, settings, limits, durability and the
+/// change log as it is on disk.
+extension KeyValueStore {
+    /// A setting kept with the store (the sync cursor, the remote's identity); nil when never
+    /// set. A failure to read is thrown, never taken for "never set".
+    public func setting(_ name: String) throws(StoreError) -> String? {
+        do {
+            return try database.read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) }
+        } catch {
+            throw .database(String(describing: error))
+        }
+    }
+
+    public func setSetting(_ name: String, to value: String?) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try write(&state) { db in
+                if let value {
+                    try SettingRecord(name: name, value: value).save(db)
+                } else {
+                    _ = try SettingRecord.deleteOne(db, key: name)
+                }
+            }
+        }
+    }
+
+    static func deviceID(_ db: Database) throws -> String {
+        if let id = try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = 'device.id'") { return id }
+        let id = UUID().uuidString.lowercased()
+        try SettingRecord(name: "device.id", value: id).save(db)
+        return id
+    }
+
+    /// Makes every committed change durable on disk: the journal goes to the database, then a
+    /// WAL checkpoint, which syncs.
+    public func makeDurable() throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try moveJournalToDatabase(&state)
+            do {
+                try database.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
+                }
+            } catch {
+                throw .database(String(describing: error))
+            }
+        }
+    }
+
+    /// The change log after `sequence`, oldest first.
+    public func changes(after sequence: Int64 = 0) throws(StoreError) -> [ChangeRecord] {
+        try state.withLock { (state: inout State) throws(StoreError) in try moveJournalToDatabase(&state) }
+        do {
+            return try database.read { db in
+                try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection + " WHERE sequence > ? ORDER BY sequence", arguments: [sequence])
+            }
+        } catch {
+            throw .database(String(describing: error))
+        }
+    }
+
+    /// Changes the store's limits. Values already stored stay, even over a lowered limit.
+    public func setLimits(_ limits: QuotaLimits) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try write(&state) { db in try Self.saveLimits(limits, db) }
+            state.limits = limits
+        }
+    }
+
+    func now() -> Date {
+        Date(timeIntervalSince1970: (clock().timeIntervalSince1970 * 1000).rounded(.down) / 1000)
+    }
+
+    /// Writes the journal's rows to the database, in one transaction, and empties the journal.
+    func moveJournalToDatabase(_ state: inout State) throws(StoreError) {
+        try write(&state) { _ in }
+    }
+
+    /// Runs `updates` in one transaction, after the journal's rows, and empties the journal once
+    /// that commits: the database never holds a write that overtook a journaled one. BEGIN and
+    /// COMMIT are cached statements: GRDB's `write` prepares them anew each time.
+    func write(_ state: inout State, _ updates: (Database) throws -> Void) throws(StoreError) {
+        let journaled = state.journal.pending
+        var refused = [ChangeJournal.Row]()
+        do {
+            try database.writeWithoutTransaction { db in
+                try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
+                do {
+                    refused = try Self.record(journaled: journaled, db)
+                    try updates(db)
+                    try db.cachedStatement(sql: "COMMIT").execute()
+                } catch {
+                    if !db.isInsideTransaction { throw error }
+                    try? db.execute(sql: "ROLLBACK")
+                    throw error
+                }
+            }
+        } catch {
+            throw .database(String(describing: error))
+        }
+        // Kept once the rest is committed (a rolled-back attempt would keep them twice), and
+        // before the journal that still holds them is emptied.
+        if !refused.isEmpty { try state.quarantine.append(refused) }
+        if !journaled.isEmpty { state.journal.clear() }
+    }
+
+    /// Writes the journal's rows; returns those the schema refuses, for the quarantine, rather
+    /// than leaving them to keep the journal from ever emptying and the store from opening, or
+    /// dropping them. The rules the schema checks hold for every change a commit takes (local
+    /// keys are checked, and remotes check theirs), so this guards against the two ever
+    /// disagreeing, as SQLite's length() and NUL once did.
+    static func record(journaled rows: [ChangeJournal.Row], _ db: Database) throws -> [ChangeJournal.Row] {
+        var refused = [ChangeJournal.Row]()
+        for row in rows {
+            do {
+                try record(row, db)
+            } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+                refused.append(row)
+            }
+        }
+        return refused
+    }
+
+    /// Committed changes the database refused to take from the journal, oldest first: kept in
+    /// `PATH.quarantine` (the journal's format) instead of being dropped, for the daemon to
+    /// report; they are not in the store.
+    public var quarantined: [StampedChange] {
+        state.withLock { state in
+            state.quarantine.pending.map { Self.stampedChange($0.key, $0.stamp, $0.entry) }
+        }
+    }
+
+    /// Writes a key's latest change, its value or a tombstone, unless the database already has
+    /// this change or a later one (a journal replayed again after a crash).
+    static func record(_ change: ChangeJournal.Row, _ db: Database) throws {
+        let statement = try db.cachedStatement(sql: """
+            INSERT INTO entry (key, value, type, modifiedAt, sequence, counter, device, syncState) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(key) DO UPDATE SET value = excluded.value, type = excluded.type,
+                modifiedAt = excluded.modifiedAt, sequence = excluded.sequence, counter = excluded.counter,
+                device = excluded.device, syncState = excluded.syncState
+            WHERE excluded.sequence > entry.sequence
+            """)
+        let row = DirectBinding(statement)
+        row.bind(1, change.key)
+        row.bind(2, change.entry?.xml)
+        row.bind(3, change.entry?.type.rawValue)
+        row.bind(4, change.stamp.time)
+        row.bind(5, change.sequence)
+        row.bind(6, Int64(change.stamp.counter))
+        row.bind(7, change.stamp.device)
+        row.bind(8, change.syncState.rawValue)
+        try row.run(in: db)
+    }
+
+    static var limitNames: [(String, WritableKeyPath<QuotaLimits, Int>)] {
+        [
+        ("quota.totalBytes", \.totalBytes), ("quota.valueBytes", \.valueBytes),
+        ("quota.keys", \.keys), ("quota.keyNameBytes", \.keyNameBytes),
+        ]
+    }
+
+    static func saveLimits(_ limits: QuotaLimits, _ db: Database) throws {
+        for (name, path) in limitNames {
+            try SettingRecord(name: name, value: String(limits[keyPath: path])).save(db)
+        }
+    }
+
+    static func loadLimits(_ db: Database) throws -> QuotaLimits {
+        var limits = QuotaLimits.modelled
+        for (name, path) in limitNames {
+            if let text = try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]),
+               let number = Int(text) {
+                limits[keyPath: path] = number
+            }
+        }
+        return limits
+    }
+}

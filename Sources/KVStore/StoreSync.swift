@@ -1,0 +1,159 @@
+import Foundation
+import GRDB
+import Synchronization
+
+/// What sync needs of the store: each key's latest change and where it stands with the
+/// remote, remote changes taken in by the merge rule, and the store made read-only.
+extension KeyValueStore {
+    /// Calls `observer` after every committed local change (never for external ones), outside
+    /// the store's lock.
+    public func observeLocalChanges(_ observer: @escaping @Sendable () -> Void) {
+        let box = Observer(observer)
+        changeObserver.withLock { $0 = box }
+    }
+
+    /// Refuses local changes from now on (nil: accepts them again), for a device the remote
+    /// lets read only. External changes still apply.
+    public func setReadOnly(_ reason: String?) {
+        readOnlyReason.withLock { $0 = reason }
+    }
+
+    /// Why local changes are refused, if they are.
+    public var readOnly: String? { readOnlyReason.withLock { $0 } }
+
+    /// Where `key`'s latest change stands with the remote; nil for a key never written.
+    public func syncState(forKey key: String) -> SyncState? {
+        state.withLock { $0.changes[key]?.syncState }
+    }
+
+    /// How many keys have changes the remote has not yet accepted.
+    public var pendingCount: Int {
+        state.withLock { $0.changes.values.count { $0.syncState == .pending } }
+    }
+
+    /// The latest change of every key not yet accepted by the remote: one per key, so that a
+    /// burst of writes to a key travels as its last state.
+    public func pendingChanges() -> [StampedChange] {
+        state.withLock { state in
+            state.changes.filter { $0.value.syncState == .pending }.map { key, meta in
+                Self.stampedChange(key, meta.stamp, state.entries[key])
+            }
+            .sorted { $0.stamp < $1.stamp }
+        }
+    }
+
+    /// Every key's latest change, deleted keys included, by key.
+    public func allChanges() -> [StampedChange] {
+        state.withLock { state in
+            state.changes.map { key, meta in Self.stampedChange(key, meta.stamp, state.entries[key]) }
+                .sorted { $0.key < $1.key }
+        }
+    }
+
+    /// The latest change of `key`, a tombstone if it was deleted; nil for a key never written.
+    public func allChanges(forKey key: String) -> StampedChange? {
+        state.withLock { state in state.changes[key].map { Self.stampedChange(key, $0.stamp, state.entries[key]) } }
+    }
+
+    /// Whether `change` would replace what the store has under the merge rule.
+    public func accepts(_ change: StampedChange) -> Bool {
+        state.withLock { state in state.changes[change.key].map { change.stamp > $0.stamp } ?? true }
+    }
+
+    /// Marks changes the remote accepted as synced, unless the key changed again since.
+    public func markPushed(_ changes: [StampedChange]) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            let pushed = changes.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }
+            try markSynced(pushed.map(\.key), in: &state)
+        }
+    }
+
+    /// Forgets tombstones the remote accepted without storing (it never had their keys), unless
+    /// the key changed again since: the store then holds no row for the key, as the remote.
+    public func forget(_ tombstones: [StampedChange]) throws(StoreError) {
+        guard !tombstones.isEmpty else { return }  // every push round asks: take no lock for nothing
+        try state.withLock { (state: inout State) throws(StoreError) in
+            let forgotten = tombstones.filter { $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp }
+            guard !forgotten.isEmpty else { return }
+            try write(&state) { db in
+                let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
+                for change in forgotten {
+                    let row = DirectBinding(delete)
+                    row.bind(1, change.key)
+                    try row.run(in: db)
+                }
+            }
+            for change in forgotten { state.changes[change.key] = nil }
+        }
+    }
+
+    /// Makes the latest change of each of `keys` pending again: the remote lost it and it must
+    /// be pushed again.
+    public func markPending(_ keys: [String]) throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            let keys = keys.filter { state.changes[$0] != nil && state.changes[$0]?.syncState != .pending }
+            try setSyncState(.pending, for: keys, in: &state)
+        }
+    }
+
+    func markSynced(_ keys: [String], in state: inout State) throws(StoreError) {
+        try setSyncState(.synced, for: keys, in: &state)
+    }
+
+    /// Sets where the latest change of each of `keys` stands with the remote, in the database
+    /// (after the journal) and in the index.
+    func setSyncState(_ syncState: SyncState, for keys: [String], in state: inout State) throws(StoreError) {
+        guard !keys.isEmpty else { return }
+        try write(&state) { db in
+            let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = ? WHERE key = ?")
+            for key in keys {
+                let row = DirectBinding(update)
+                row.bind(1, syncState.rawValue)
+                row.bind(2, key)
+                try row.run(in: db)
+            }
+        }
+        for key in keys { state.changes[key]?.syncState = syncState }
+    }
+
+    /// Takes in changes made elsewhere. With `.merge`, a change replaces the key's value only
+    /// when its stamp is greater (an equal stamp is the remote confirming the local change);
+    /// the other modes replace unconditionally. External changes are not checked against the
+    /// local limits: the remote enforces the store's quotas, and replicas must converge.
+    /// Returns the keys whose visible value changed.
+    @discardableResult
+    public func applyExternal(_ changes: [StampedChange], mode: ExternalApplyMode = .merge) throws(StoreError) -> [String] {
+        try state.withLock { (state: inout State) throws(StoreError) -> [String] in
+            var rows = [(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState)]()
+            var confirmed = [StampedChange]()
+            var latest = [String: StampedChange]()
+            for change in changes where latest[change.key].map({ change.stamp > $0.stamp }) ?? true {
+                latest[change.key] = change
+            }
+            for change in latest.values.sorted(by: { $0.stamp < $1.stamp }) {
+                let current = state.changes[change.key]
+                if mode == .merge, let current, change.stamp <= current.stamp {
+                    if change.stamp == current.stamp, current.syncState == .pending { confirmed.append(change) }
+                    continue
+                }
+                let entry = change.value.map {
+                    Entry(key: change.key, xml: [UInt8]($0), type: change.type ?? .string, modifiedAt: change.stamp.date)
+                }
+                rows.append((change.key, entry, change.stamp, mode == .rollback ? .refused : .synced))
+            }
+            let changed = rows.filter { state.entries[$0.key]?.xml != $0.entry?.xml }.map(\.key)
+            var bytes = state.usedBytes
+            for row in rows { bytes += (row.entry?.size ?? 0) - (state.entries[row.key]?.size ?? 0) }
+            try commit(rows, in: &state)
+            state.usedBytes = bytes
+            let physical = milliseconds(now())
+            for row in rows { state.clock.observe(row.stamp, physical: physical) }
+            try markSynced(confirmed.map(\.key), in: &state)
+            return changed
+        }
+    }
+
+    static func stampedChange(_ key: String, _ stamp: ChangeStamp, _ entry: Entry?) -> StampedChange {
+        StampedChange(key: key, value: entry.map { Data($0.xml) }, type: entry?.type, stamp: stamp)
+    }
+}
