@@ -143,14 +143,14 @@ extension KeyValueStore {
             WHERE excluded.sequence > entry.sequence
             """)
         let row = DirectBinding(statement)
-        row.bind(1, change.key)
-        row.bind(2, change.entry?.xml)
-        row.bind(3, change.entry?.type.rawValue)
-        row.bind(4, change.stamp.time)
-        row.bind(5, change.sequence)
-        row.bind(6, Int64(change.stamp.counter))
-        row.bind(7, change.stamp.device)
-        row.bind(8, change.syncState.rawValue)
+        try row.bind(1, change.key)
+        try row.bind(2, change.entry?.xml)
+        try row.bind(3, change.entry?.type.rawValue)
+        try row.bind(4, change.stamp.time)
+        try row.bind(5, change.sequence)
+        try row.bind(6, Int64(change.stamp.counter))
+        try row.bind(7, change.stamp.device)
+        try row.bind(8, change.syncState.rawValue)
         try row.run(in: db)
     }
 

@@ -79,7 +79,7 @@ extension KeyValueStore {
                 let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
                 for change in forgotten {
                     let row = DirectBinding(delete)
-                    row.bind(1, change.key)
+                    try row.bind(1, change.key)
                     try row.run(in: db)
                 }
             }
@@ -108,8 +108,8 @@ extension KeyValueStore {
             let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = ? WHERE key = ?")
             for key in keys {
                 let row = DirectBinding(update)
-                row.bind(1, syncState.rawValue)
-                row.bind(2, key)
+                try row.bind(1, syncState.rawValue)
+                try row.bind(2, key)
                 try row.run(in: db)
             }
         }
