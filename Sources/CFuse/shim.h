@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>

@@ -41,6 +41,7 @@ public struct Errno: Error, RawRepresentable, Hashable, Sendable, CustomStringCo
     public static let noSpace = Errno(ENOSPC)
     public static let nameTooLong = Errno(ENAMETOOLONG)
     public static let busy = Errno(EBUSY)
+    public static let notImplemented = Errno(ENOSYS)
 }
 
 /// Who made a request. `threadID` is the calling thread's id (the kernel's pid field),

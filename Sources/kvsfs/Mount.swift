@@ -59,7 +59,7 @@ struct Mount: ParsableCommand {
         try MountpointCheck.check(path)
         // SQLite frees a few tens of KiB per commit; glibc's default trim threshold hands that back to
         // the kernel (madvise) on worker-thread arenas and faults it in again on the next request.
-        SystemFunctions.keepFreedMemory()
+        SystemCalls.keepFreedMemory()
 
         let dataDirectory = store.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
         let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)

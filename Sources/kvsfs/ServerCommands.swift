@@ -104,7 +104,7 @@ struct Serve: ParsableCommand {
     }
 
     func run() throws {
-        SystemFunctions.allowManyOpenFiles()
+        ProcessLimits.allowManyOpenFiles()
         var logger = Logger(label: "kvsfs.serve")
         logger.logLevel = .info
         let (host, port) = address!

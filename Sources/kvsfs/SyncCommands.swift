@@ -1,10 +1,11 @@
 import ArgumentParser
 import Foundation
+import FuseKit
 
 /// Reads an extended attribute of a mount's root; nil when it is not a syncing kvsfs mount.
 func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
     var buffer = [UInt8](repeating: 0, count: 4096)
-    let length = SystemFunctions.getxattr(mountpoint, name, &buffer, buffer.count)
+    let length = buffer.withUnsafeMutableBytes { SystemCalls.extendedAttribute(of: mountpoint, named: name, into: $0) }
     guard length >= 0 else { return nil }
     return String(decoding: buffer[..<length], as: UTF8.self)
 }
@@ -35,7 +36,7 @@ struct Sync: ParsableCommand {
         let deadline = ContinuousClock.now + .seconds(30)
         var pause = Duration.milliseconds(50)
         let attribute = replaceWithRemote ? "user.kvsfs.replace-with-remote" : "user.kvsfs.synchronize"
-        while SystemFunctions.getxattr(mountpoint, attribute, &answer, answer.count) < 0 {
+        while answer.withUnsafeMutableBytes({ SystemCalls.extendedAttribute(of: mountpoint, named: attribute, into: $0) }) < 0 {
             let code = errno
             if code == EAGAIN, ContinuousClock.now + pause < deadline {
                 Thread.sleep(forTimeInterval: Double(pause.components.attoseconds) / 1e18 + Double(pause.components.seconds))
