@@ -1,0 +1,69 @@
+import Foundation
+import FuseKit
+import Glibc
+import KVSFS
+import KVStore
+import Synchronization
+import Testing
+
+/// The door as the sync side keeps it: one applier thread, one remote change at a time.
+private final class OneApplierDoor: MountSynchronizer {
+    static let applierThread: Int32 = 7
+    let inFlight = Mutex<RemoteWrite?>(nil)
+
+    func remoteWrite(in context: RequestContext) -> RemoteWrite? {
+        context.threadID == Self.applierThread ? inFlight.withLock { $0 } : nil
+    }
+
+    func synchronize() throws { throw SyncFailure.unreachable("connection refused") }
+    func pushNow() throws { throw SyncFailure.busy("2 requests already wait on the remote: retry") }
+    func replaceWithRemote() throws { throw SyncFailure.authorizationRefused("unknown or revoked token") }
+    func rootAttributes() -> [String: String] { ["user.kvsfs.sync": "synced"] }
+}
+
+@Suite("The door between the mount and sync")
+struct MountSynchronizerTests {
+    private let applier = RequestContext(threadID: OneApplierDoor.applierThread, uid: getuid(), gid: getgid())
+
+    private func write(_ harness: Harness, _ name: String, _ text: String, as context: RequestContext) throws {
+        let (entry, reply) = try harness.fs.create(parent: .root, name: name, mode: 0o644,
+                                                   flags: OpenFlags(rawValue: O_WRONLY | O_CREAT | O_TRUNC), context: context)
+        let ino = entry.attributes.inode
+        defer { harness.fs.release(inode: ino, handle: reply.handle) }
+        _ = try Array(text.utf8).withUnsafeBytes { try harness.fs.write(inode: ino, handle: reply.handle, offset: 0, bytes: $0, context: context) }
+        try harness.fs.flush(inode: ino, handle: reply.handle, context: context)
+    }
+
+    @Test("the applier's write is the remote change itself, even on a read-only store; anyone else's is EROFS")
+    func applierWritesTheRemoteChange() throws {
+        let door = OneApplierDoor()
+        let harness = try Harness(sync: door)
+        let xml = try PropertyListCodec.encodeXML(.string("from elsewhere"))
+        let stamp = ChangeStamp(time: 1_700_000_000_000, counter: 3, device: "other-device")
+        let change = StampedChange(key: "greeting", value: Data(xml), type: .string, stamp: stamp)
+        harness.store.setReadOnly("the token may only read")
+
+        #expect(errnoOf(harness.fs) { try write(harness, "greeting", "mine", as: harness.context) } == EROFS)
+        door.inFlight.withLock { $0 = RemoteWrite(change: change, mode: .merge) }
+        try write(harness, "greeting", String(decoding: xml, as: UTF8.self), as: applier)
+        #expect(harness.store.allChanges(forKey: "greeting")?.stamp == stamp, "committed with the remote's stamp")
+        #expect(harness.store.syncState(forKey: "greeting") == .synced, "not to be pushed back")
+
+        let tombstone = StampedChange.tombstone("greeting", stamp: ChangeStamp(time: stamp.time + 1, counter: 0, device: "other-device"))
+        door.inFlight.withLock { $0 = RemoteWrite(change: tombstone, mode: .merge) }
+        #expect(errnoOf(harness.fs) { try harness.fs.unlink(parent: .root, name: "greeting", context: harness.context) } == EROFS)
+        try harness.fs.unlink(parent: .root, name: "greeting", context: applier)
+        #expect(harness.store.allChanges(forKey: "greeting") == tombstone)
+    }
+
+    @Test("a sync command's failure is the errno its SyncFailure maps to", arguments: [
+        (KeyValueFileSystem.synchronizeAttribute, EHOSTUNREACH),
+        (KeyValueFileSystem.replaceAttribute, EACCES),
+    ])
+    func syncFailuresMapToErrnos(attribute: String, expected: Int32) throws {
+        let harness = try Harness(sync: OneApplierDoor())
+        #expect(errnoOf(harness.fs) { _ = try harness.fs.getxattr(inode: .root, name: attribute) } == expected)
+        #expect(errnoOf(harness.fs) { try harness.fs.fsyncdir(inode: .root, handle: FileHandle(1), dataOnly: false) } == EAGAIN)
+        #expect(try harness.fs.getxattr(inode: .root, name: "user.kvsfs.sync") == Array("synced".utf8))
+    }
+}
