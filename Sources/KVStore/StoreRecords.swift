@@ -83,7 +83,7 @@ enum StoreSchema {
         }
         migrator.registerMigration("v3 checks without IN lists") { db in
             // A CHECK with an IN list makes SQLite build an ephemeral table for every statement
-            // that writes the row: about 15 µs of each commit. The same rules as comparisons.
+            // that writes the row, on the path of every commit. The same rules as comparisons.
             try rebuildEntryTable(db, keyCheck: "length(key) > 0")
         }
         migrator.registerMigration("v4 keys checked as bytes") { db in
