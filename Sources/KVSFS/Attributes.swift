@@ -17,7 +17,8 @@ extension KeyValueFileSystem {
     }
 
     public func setattr(inode: InodeNumber, changes: AttributeChanges, handle: FileHandle?, context: RequestContext) throws -> AttributesReply {
-        try state.withLock { ns in
+        try checkMayChange(context)
+        return try state.withLock { ns in
             if inode == .root {
                 if let permissions = changes.permissions, permissions != 0o755 { throw FileSystemError.permissionsFixed }
                 try checkOwnership(changes)

@@ -9,6 +9,7 @@ import Synchronization
 /// how an editor's save (a scratch file renamed over a key) becomes one change of the key.
 extension KeyValueFileSystem {
     public func unlink(parent: InodeNumber, name: String, context: RequestContext) throws {
+        try checkMayChange(context)
         let name = KeyName.canonical(name)
         try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
@@ -33,6 +34,7 @@ extension KeyValueFileSystem {
     }
 
     public func rename(parent: InodeNumber, name: String, newParent: InodeNumber, newName: String, flags: RenameFlags, context: RequestContext) throws {
+        try checkMayChange(context)
         let (name, newName) = (KeyName.canonical(name), KeyName.canonical(newName))
         // An editor file renamed to a key (vim's and sed's save) is decoded before the lock.
         let decoded = decodeUnlocked { ns in

@@ -27,6 +27,8 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case tooManyEditorFiles(limit: Int)
     case editorFileTooLarge(limit: Int)
     case exchangeNotSupported
+    /// The mount is read-only (`-o ro`).
+    case readOnlyMount
 }
 
 /// The one place that turns an error into the errno a request is answered with.
@@ -60,6 +62,7 @@ public enum ErrnoMapping {
             case .emptyValue, .nonCanonicalName, .exchangeNotSupported: return EINVAL
             case .tooManyEditorFiles: return ENOSPC
             case .editorFileTooLarge: return EFBIG
+            case .readOnlyMount: return EROFS
             }
         case let error as SyncFailure:
             switch error {

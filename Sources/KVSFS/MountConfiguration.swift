@@ -12,9 +12,13 @@ public struct MountConfiguration: Sendable {
     public var maxPendingFiles: Int
     public var uid: UInt32
     public var gid: UInt32
+    /// A read-only mount (`-o ro`): every change through it is EROFS, while remote changes
+    /// still come in through the applier.
+    public var readOnly: Bool
 
     public init(format: ValueFormat = .xml, cacheTimeout: Double = 3600, maxPendingFiles: Int = 256,
-                uid: UInt32 = getuid(), gid: UInt32 = getgid()) {
+                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false) {
+        self.readOnly = readOnly
         self.format = format
         self.cacheTimeout = cacheTimeout
         self.maxPendingFiles = maxPendingFiles

@@ -12,6 +12,7 @@ extension KeyValueFileSystem {
         try state.withLock { ns in
             if inode == .root { throw Errno.isDirectory }
             let node = try existingNode(inode, in: ns)
+            if flags.isWritable { try checkMayChange(context) }
             if flags.isWritable, node.key != nil { try checkWritable(context) }
             return open(node, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns)
         }
@@ -22,6 +23,7 @@ extension KeyValueFileSystem {
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard let nameClass = try classify(name) else { throw FileSystemError.nonCanonicalName(name) }
+            try checkMayChange(context)
             if case .key = nameClass { try checkWritable(context) }
             if let existing = try visibleNode(named: name, in: &ns) {
                 if flags.exclusive { throw FileSystemError.fileExists }
@@ -164,6 +166,11 @@ extension KeyValueFileSystem {
 
     /// Refuses a local change to a key up front when the store is read-only here (EROFS);
     /// the thread applying remote changes always may.
+    /// Refuses any change through a read-only mount (EROFS), but the applier's.
+    func checkMayChange(_ context: RequestContext) throws {
+        if configuration.readOnly, sync?.remoteWrite(in: context) == nil { throw FileSystemError.readOnlyMount }
+    }
+
     func checkWritable(_ context: RequestContext) throws {
         if let reason = store.readOnly, sync?.remoteWrite(in: context) == nil { throw StoreError.readOnly(reason) }
     }

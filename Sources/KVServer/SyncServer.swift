@@ -353,8 +353,10 @@ extension SyncServer {
     /// arriving, or while a request's head or body stops coming (a client that sends half a
     /// request holds no socket for long). The clock stops once a request has arrived whole and
     /// starts again when its answer ends: a long poll or an event stream is never cut.
+    /// `listening` runs once the server accepts connections.
     public func application(host: String, port: Int, certificate: ServerCertificate?,
-                            idleTimeout: Duration = defaultIdleTimeout, logger: Logger) throws -> some ApplicationProtocol {
+                            idleTimeout: Duration = defaultIdleTimeout, logger: Logger,
+                            listening: @escaping @Sendable () -> Void = {}) throws -> some ApplicationProtocol {
         let http1 = HTTPServerBuilder.http1(configuration: .init(idleTimeout: TimeAmount(idleTimeout)))
         let builder: HTTPServerBuilder = if let certificate {
             try .tls(http1, tlsConfiguration: certificate.tlsConfiguration())
@@ -364,6 +366,7 @@ extension SyncServer {
         return Application(
             router: makeRouter(), server: builder,
             configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs"),
+            onServerRunning: { _ in listening() },
             logger: logger)
     }
 }

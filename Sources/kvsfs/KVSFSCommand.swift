@@ -12,6 +12,18 @@ struct KVSFSCommand: ParsableCommand {
         version: "0.1.0",
         subcommands: [Mount.self, Get.self, Set.self, Delete.self, Sync.self, Events.self, Serve.self, Account.self, Token.self]
     )
+
+    /// `kvsfs STORE MOUNTPOINT ...` is the mount(8) form (`MountHelper`); every other command
+    /// line names a subcommand.
+    static func main() {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        if let first = arguments.first, !first.hasPrefix("-"), arguments.count >= 2,
+           !configuration.subcommands.contains(where: { $0._commandName == first }) {
+            MountHelper.main(arguments)
+            return
+        }
+        main(nil)
+    }
 }
 
 /// Options naming a store on this machine.

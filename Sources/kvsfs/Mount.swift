@@ -34,6 +34,9 @@ struct Mount: ParsableCommand {
     @Flag(name: .customLong("allow-other"), help: "Let other users use the mount.")
     var allowOther = false
 
+    @Flag(name: .customLong("read-only"), help: "Refuse every change through the mount (EROFS); remote changes still come in.")
+    var readOnly = false
+
     @Option(help: "The remote to sync with: file:///path/cloud.sqlite, https://host:port[/account] (http:// on loopback), or none (default: cloud.sqlite in the data directory).")
     var remote: String?
 
@@ -55,6 +58,15 @@ struct Mount: ParsableCommand {
     }
 
     func run() throws {
+        do {
+            try mountAndServe()
+        } catch {
+            Readiness.failed(String(describing: error))
+            throw error
+        }
+    }
+
+    private func mountAndServe() throws {
         let path = URL(fileURLWithPath: mountpoint).standardizedFileURL.path
         try MountpointCheck.check(path)
         // SQLite frees a few tens of KiB per commit; glibc's default trim threshold hands that back to
@@ -88,7 +100,7 @@ struct Mount: ParsableCommand {
         }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
-            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!),
+            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly),
             sync: sync, logger: logger)
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
@@ -103,11 +115,14 @@ struct Mount: ParsableCommand {
         }
         mount.handleSignals()
         sync?.start()
+        MountProbe.whenAnswering(path) { Readiness.ready() }
         let status = mount.run()
+        Readiness.stopping()
         sync?.stop()
         try keyValueStore.makeDurable()
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
+        logger.info("unmounted cleanly: every acknowledged write is committed")
     }
 
     /// The remote `--remote` names; nil for none.
@@ -147,6 +162,31 @@ struct Mount: ParsableCommand {
         if let keys { limits.keys = keys }
         if let keyNameBytes { limits.keyNameBytes = keyNameBytes }
         return limits
+    }
+}
+
+/// Finds out when a mount answers requests: the daemon is ready only then.
+enum MountProbe {
+    /// Calls `ready` from a thread of its own once `path` answers stat(2) as a mount (on another
+    /// device than its parent): the call goes through the kernel to this process's own
+    /// session, so it returns only once the session serves. Gives up, without calling, when
+    /// the mount goes away first.
+    static func whenAnswering(_ path: String, ready: @escaping @Sendable () -> Void) {
+        let thread = Thread {
+            var parent = stat()
+            guard stat((path as NSString).deletingLastPathComponent, &parent) == 0 else { return }
+            for _ in 0..<2000 {
+                var info = stat()
+                if stat(path, &info) == 0, info.st_dev != parent.st_dev {
+                    ready()
+                    return
+                }
+                if errno == ENOTCONN { return }
+                usleep(5000)
+            }
+        }
+        thread.name = "kvsfs-ready"
+        thread.start()
     }
 }
 

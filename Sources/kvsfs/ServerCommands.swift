@@ -116,7 +116,8 @@ struct Serve: ParsableCommand {
             let server = SyncServer(storage: storage, rateLimit: rateLimit)
             let app: any ApplicationProtocol
             do {
-                app = try server.application(host: host, port: port, certificate: certificate, idleTimeout: idleTimeout, logger: logger)
+                app = try server.application(host: host, port: port, certificate: certificate, idleTimeout: idleTimeout, logger: logger,
+                                             listening: { Readiness.ready() })
             } catch {
                 await storage.close()
                 throw CommandFailure(String(describing: error))
@@ -125,7 +126,10 @@ struct Serve: ParsableCommand {
             let shutdown = [SIGTERM, SIGINT].map { signalNumber in
                 signal(signalNumber, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-                source.setEventHandler { server.notifier.close() }
+                source.setEventHandler {
+                    Readiness.stopping()
+                    server.notifier.close()
+                }
                 source.resume()
                 return source
             }

@@ -56,6 +56,33 @@ struct MountSynchronizerTests {
         #expect(harness.store.allChanges(forKey: "greeting") == tombstone)
     }
 
+    @Test("a read-only mount refuses every change with EROFS but the applier's, and reads on")
+    func readOnlyMount() throws {
+        let door = OneApplierDoor()
+        let harness = try Harness(readOnly: true, sync: door)
+        try harness.store.put(.string("kept"), forKey: "kept")
+        let refused: [(String, () throws -> Void)] = [
+            ("echo >", { try write(harness, "new", "<string>x</string>", as: harness.context) }),
+            ("write open", { _ = try harness.open("kept", O_WRONLY) }),
+            ("rm", { try harness.unlink("kept") }),
+            ("mv", { try harness.rename("kept", "moved") }),
+            ("truncate", { _ = try harness.fs.setattr(inode: try #require(try harness.inode("kept")), changes: AttributeChanges(size: 0),
+                                                      handle: nil, context: harness.context) }),
+            ("editor file", { try write(harness, ".kept.swp", "scratch", as: harness.context) }),
+        ]
+        for (name, change) in refused {
+            #expect(errnoOf(harness.fs, change) == EROFS, "\(name)")
+        }
+        #expect(try harness.readFile("kept").contains("<string>kept</string>"))
+        #expect(try harness.names() == ["kept"])
+
+        let xml = try PropertyListCodec.encodeXML(.string("from elsewhere"))
+        let change = StampedChange(key: "new", value: Data(xml), type: .string, stamp: ChangeStamp(time: 1_700_000_000_000, counter: 0, device: "other"))
+        door.inFlight.withLock { $0 = RemoteWrite(change: change, mode: .merge) }
+        try write(harness, "new", String(decoding: xml, as: UTF8.self), as: applier)
+        #expect(try harness.value("new") == .string("from elsewhere"))
+    }
+
     @Test("a sync command's failure is the errno its SyncFailure maps to", arguments: [
         (KeyValueFileSystem.synchronizeAttribute, EHOSTUNREACH),
         (KeyValueFileSystem.replaceAttribute, EACCES),

@@ -46,7 +46,7 @@ public func run(_ executable: String, _ arguments: [String], environment: [Strin
 /// Runs `body` (which starts a child process) with no signal blocked on this thread, so that
 /// the child starts with none blocked: test threads block SIGTERM and SIGINT, and a child
 /// inheriting that mask could not be stopped by `kill` or `timeout`.
-func withSignalsUnblocked<T>(_ body: () throws -> T) rethrows -> T {
+public func withSignalsUnblocked<T>(_ body: () throws -> T) rethrows -> T {
     var none = sigset_t()
     var previous = sigset_t()
     sigemptyset(&none)
@@ -233,7 +233,7 @@ public final class ServerProcess: @unchecked Sendable {
     }
 
     /// A port nothing listens on now (the kernel picks it).
-    static func freePort() -> Int {
+    public static func freePort() -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
