@@ -37,6 +37,7 @@ public final class SyncEngine: Sendable {
     /// Rings when a round is wanted; the loop waits on it.
     let wake = WakeSignal()
     let tasks = Mutex<[Task<Void, Never>]>([])
+    /// What `status` reports; the watcher waits on it for the first round to succeed.
     let state = Watched(Status())
     /// The position last recorded, nil until the watcher has read the stored one.
     let knownPosition = Watched<SyncPosition?>(nil)
