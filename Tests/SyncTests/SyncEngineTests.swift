@@ -84,24 +84,6 @@ struct SyncEngineTests {
         }
     }
 
-    @Test("a retry-after the remote gives is honoured before the next push")
-    func retryAfter() async throws {
-        try await withTemporaryDirectory { dir in
-            let cloud = MemoryCloudStorage()
-            let link = InterruptibleRemote(memoryRemote(cloud))
-            let one = try Device("one", in: dir, remote: link)
-            try await one.engine.synchronize()
-            link.answerBusy(retryAfter: .milliseconds(300))
-            try one.store.put(.string("v"), forKey: "k")
-            #expect(await waitUntil { one.store.syncState(forKey: "k") == .synced })
-            let attempts = link.pushAttempts
-            #expect(attempts.count >= 2)
-            if attempts.count >= 2 {
-                #expect(attempts[attempts.count - 2].duration(to: attempts[attempts.count - 1]) >= .milliseconds(300))
-            }
-        }
-    }
-
     @Test("a write the remote refuses for its quota is rolled back to the remote's value, with reason quota-violation")
     func quotaViolation() async throws {
         try await withTemporaryDirectory { dir in

@@ -1,0 +1,74 @@
+import KVCloud
+import KVStore
+
+/// When the remote's history is not the one this mount saw (another identity, or a history
+/// that ends before the mount's position), and when the user asks for the remote's values
+/// instead of the mount's. Neither ever loses a local change silently.
+extension SyncEngine {
+    /// On the first contact with a remote, records its identity. Another identity than the one
+    /// last synced with (the remote was replaced or emptied, or the mount names another account)
+    /// is never obeyed by deleting local values: the mount resynchronises. Asked on the first
+    /// round and then once every `accountCheckInterval` on the engine's clock.
+    func checkAccount() async throws {
+        if let last = lastAccountCheck.withLock({ $0 }), clock.elapsed - last < accountCheckInterval { return }
+        let identity = try await remote.identity()
+        store.setReadOnly(try await remote.readOnlyReason())
+        lastAccountCheck.withLock { $0 = clock.elapsed }
+        let recorded = try store.setting(Self.remoteSetting)
+        guard recorded != identity else { return }
+        if let recorded {
+            try await resynchronise(identity: identity, because: "the remote's identity changed from \(recorded) to \(identity)")
+        } else {
+            try store.setSetting(Self.remoteSetting, to: identity)
+        }
+    }
+
+    /// Brings a remote whose history is not the one this mount saw (another identity, or a
+    /// history that ends before the mount's cursor: emptied, replaced, restored from a backup)
+    /// and the store together without losing anything: every local change the remote lacks
+    /// (it has none, or an older one, for the key) becomes pending and is pushed again by this
+    /// round, and the remote's changes are taken in by the merge rule. No local value is removed
+    /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
+    func resynchronise(identity: String?, because reason: String) async throws {
+        // Found by this mount's own position: its other mounts may not be able to tell.
+        if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
+        let (remoteChanges, position) = try await fetchWholeHistory()
+        let lost = store.allChanges().filter { local in
+            guard let held = remoteChanges[local.key] else { return !local.isTombstone }
+            return held.stamp < local.stamp
+        }
+        try store.markPending(lost.map(\.key))
+        let changed = try await apply(Array(remoteChanges.values), mode: .merge)
+        // The remote's identity as it is now: a remote that renewed it on finding another
+        // history (see `CloudStorage.renewIdentity()`) need not send this mount round again.
+        let current = if let identity { identity } else { try await remote.identity() }
+        try store.setSetting(Self.remoteSetting, to: current)
+        try record(position)
+        noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
+                     keys: Set(lost.map(\.key) + changed).sorted())
+    }
+
+    /// Replaces the store's values by the remote's, on request (`kvsfs sync --replace-with-remote`):
+    /// every key takes the remote's latest change, a key the remote does not hold is removed, and
+    /// local changes the remote does not have, pending ones included, are discarded. The only way
+    /// kvsfs discards local changes for a remote's; reported as a `remote-reset` event.
+    public func replaceWithRemote() async throws {
+        remote.discardPrefetched()
+        try await roundLock.withLock {
+            let (remoteChanges, position) = try await fetchWholeHistory()
+            let local = store.allChanges()
+            let removals = local.filter { remoteChanges[$0.key] == nil && !$0.isTombstone }.map { StampedChange.tombstone($0.key, stamp: $0.stamp) }
+            let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })
+            let replacements = remoteChanges.values.filter { held[$0.key] != $0 }
+            let changed = try await apply(replacements + removals, mode: .replace)
+            // The store then holds nothing for a removed key, as the remote: its tombstone bears
+            // the stamp of the value it removed, and would pass that value over should it come
+            // back (pushed again by a mount that still has it).
+            try store.forget(removals)
+            try store.setSetting(Self.remoteSetting, to: try await remote.identity())
+            try record(position)
+            noteIncident("replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed",
+                         keys: changed.sorted())
+        }
+    }
+}

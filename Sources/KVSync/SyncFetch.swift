@@ -1,0 +1,83 @@
+import KVCloud
+import KVStore
+
+/// A round's fetch: what the remote accepted since the mount's position is checked against
+/// the change rule, applied, and only then recorded as taken in.
+extension SyncEngine {
+    /// Fetches and applies what the remote accepted since the cursor. The very first fetch
+    /// into this store is the initial sync.
+    func pull() async throws {
+        let stored = try storedPosition()
+        let reason: SyncEvent.Reason = stored == nil ? .initialSync : .serverChange
+        var position = stored ?? .start
+        var recorded = stored != nil
+        while true {
+            let batch: ChangeBatch
+            do {
+                batch = try await remote.fetch(after: position.cursor, mark: position.mark)
+            } catch RemoteError.historyMismatch(let reason) {
+                // Found after this round's push: push what the remote lost now.
+                try await resynchronise(identity: nil, because: reason)
+                try await push()
+                return
+            }
+            var newer = [StampedChange]()
+            var confirmations = [StampedChange]()
+            for change in admit(batch) {
+                if store.accepts(change) { newer.append(change) } else { confirmations.append(change) }
+            }
+            if !confirmations.isEmpty { try store.applyExternal(confirmations) }
+            // A failure leaves the cursor where it was: the round fails, and the next one
+            // (after backoff) fetches and applies these changes again.
+            let changed = newer.isEmpty ? [] : try await apply(newer, mode: .merge)
+            let next = position.after(batch)
+            if next != position || !recorded {
+                try record(next)
+                recorded = true
+            }
+            position = next
+            knownPosition.update { $0 = position }
+            if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
+            if batch.complete { break }
+        }
+    }
+
+    /// Every key's latest change on the remote, fetched from the start, and the position that
+    /// leaves the mount at.
+    func fetchWholeHistory() async throws -> (changes: [String: StampedChange], position: SyncPosition) {
+        var position = SyncPosition.start
+        var latest = [String: StampedChange]()
+        while true {
+            let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
+            for change in admit(batch) where latest[change.key].map({ change.stamp > $0.stamp }) ?? true {
+                latest[change.key] = change
+            }
+            position = position.after(batch)
+            if batch.complete { return (latest, position) }
+        }
+    }
+
+    /// Applies through the applier; a failure is reported (an `apply-failed` event) and thrown,
+    /// so that the round ends before anything records the changes as taken in.
+    func apply(_ changes: [StampedChange], mode: ExternalApplyMode) async throws -> [String] {
+        do {
+            return try await applier.apply(changes, mode: mode)
+        } catch {
+            onEvent(SyncEvent(reason: .applyFailed, keys: changes.map(\.key).sorted(), message: String(describing: error)))
+            throw error
+        }
+    }
+
+    /// The changes of a fetched batch that meet the change rule, in the form the store keeps.
+    /// Each one that does not is reported (an event with the reason) and passed over: the
+    /// remote holds it as it is, so fetching it again would give the same.
+    private func admit(_ batch: ChangeBatch) -> [StampedChange] {
+        let admission = ChangeAdmission.admit(batch.changes, policy: .fetched)
+        if !admission.refused.isEmpty || !batch.unreadable.isEmpty {
+            let reasons = admission.refused.map { "\($0.change.key.debugDescription): \($0.reason)" } + batch.unreadable
+            onEvent(SyncEvent(reason: .refusedRemoteChange, keys: admission.refused.map(\.change.key).sorted(),
+                              message: reasons.joined(separator: "; ")))
+        }
+        return admission.changes
+    }
+}

@@ -1,0 +1,96 @@
+import KVCloud
+
+/// The engine's background work: the loop that runs rounds, the watcher that wakes it for
+/// remote changes, and the ticker that wakes it when nothing else has. Every wait is on the
+/// engine's clock.
+extension SyncEngine {
+    /// Starts syncing in the background: at once, then on every local change, every remote
+    /// change, and every `keepAliveInterval`.
+    public func start() {
+        store.observeLocalChanges { [wake] in wake.signal() }
+        let loop = Task.detached { [self] in await runLoop() }
+        let watcher = Task.detached { [self] in await watchRemote() }
+        let ticker = Task.detached { [self] in await tick() }
+        tasks.withLock { $0 = [loop, watcher, ticker] }
+    }
+
+    public func stop() {
+        for task in tasks.withLock({ $0 }) { task.cancel() }
+        wake.signal()
+    }
+
+    /// Starts a round now without waiting for it.
+    public func requestSync() {
+        wake.signal()
+    }
+
+    /// Runs a round, then waits for a wake-up and lets a burst of changes gather before the
+    /// next. A round that fails is retried after the remote's retry-after if it gave one, else
+    /// after a backoff that grows with each failure in a row.
+    private func runLoop() async {
+        var backoff = Backoff()
+        while !Task.isCancelled {
+            let roundStart = clock.elapsed
+            do {
+                try await round()
+                backoff.reset()
+            } catch {
+                let delay = (error as? RemoteError)?.retryAfter ?? nextWait(of: &backoff)
+                do { try await clock.sleep(for: delay) } catch { return }
+                continue
+            }
+            await wake.wait()
+            let sinceLast = clock.elapsed - roundStart
+            do { try await clock.sleep(for: max(debounce, minimumInterval - sinceLast)) } catch { return }
+        }
+    }
+
+    /// Wakes the loop when the remote has changes after the position fetched up to, then lets
+    /// the loop fetch them before looking again.
+    private func watchRemote() async {
+        // Nothing is asked before a round has looked at the remote's identity: the stored
+        // position may be another account's (a mount moved with --remote), which the remote
+        // would take for another history.
+        await state.wait { $0.lastSync != nil }
+        var backoff = Backoff()
+        while !Task.isCancelled {
+            do {
+                if knownPosition.value == nil {
+                    let stored = try storedPosition() ?? .start
+                    knownPosition.update { $0 = $0 ?? stored }
+                }
+                let seen = knownPosition.value ?? .start
+                if try await remote.waitForChanges(after: seen.cursor, mark: seen.mark, timeout: .seconds(10)) {
+                    // A round moved the position meanwhile (our own push, say): look again from there.
+                    guard knownPosition.value == seen else { continue }
+                    wake.signal()
+                    // The round records the position it fetched up to; one that fails leaves
+                    // it where it was, and the watcher looks again after a second.
+                    await clock.wait(upTo: .seconds(1)) { [knownPosition] in
+                        await knownPosition.wait { $0 != seen }
+                    }
+                }
+                backoff.reset()
+            } catch {
+                // The round reports what the remote answers; a watcher that cannot reach it
+                // only looks again later. Another history: the round that this starts finds
+                // it too, and resynchronises.
+                if case RemoteError.historyMismatch = error { wake.signal() }
+                do { try await clock.sleep(for: nextWait(of: &backoff)) } catch { return }
+            }
+        }
+    }
+
+    /// Wakes the loop every `keepAliveInterval`, so that a change the watcher missed is
+    /// fetched and the account is checked even when nothing happens.
+    private func tick() async {
+        while true {
+            do { try await clock.sleep(for: keepAliveInterval) } catch { return }
+            wake.signal()
+        }
+    }
+
+    private func nextWait(of backoff: inout Backoff) -> Duration {
+        jitter.withLock { backoff.next(using: &$0) }
+    }
+}

@@ -1,0 +1,42 @@
+import KVCloud
+import KVStore
+
+/// A round's push: what is pending goes to the remote with the mount's history mark; what the
+/// remote refuses is rolled back to what it holds.
+extension SyncEngine {
+    /// Pushes `pending` with the mount's history mark, and records what became of it.
+    func send(_ pending: [StampedChange]) async throws -> PushOutcome {
+        let known = try storedPosition()
+        let outcome = try await remote.push(pending, mark: known?.mark)
+        try store.markPushed(outcome.accepted)
+        try store.forget(outcome.notStored)
+        // What the push stored is known to be in the remote's history from now on; and when
+        // nobody else pushed since our last fetch, it is all ours: no need to fetch it. Before
+        // the first fetch there is no position yet: that fetch is the initial sync.
+        if outcome.mark != nil, let known {
+            let next = known.after(outcome)
+            if next != known { try record(next) }
+        }
+        return outcome
+    }
+
+    func push() async throws {
+        guard store.readOnly == nil else { return }
+        let pending = store.pendingChanges()
+        guard !pending.isEmpty else { return }
+        let outcome: PushOutcome
+        do {
+            outcome = try await send(pending)
+        } catch RemoteError.historyMismatch(let reason) {
+            // Found before anything was pushed into the other history: take it in first.
+            try await resynchronise(identity: nil, because: reason)
+            outcome = try await send(store.pendingChanges())
+        }
+        guard !outcome.refused.isEmpty else { return }
+        // Roll each refused change back to what the remote holds (or to nothing).
+        let rollbacks = outcome.refused.map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
+        _ = try await apply(rollbacks, mode: .rollback)
+        let message = outcome.refused.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
+        onEvent(SyncEvent(reason: .quotaViolation, keys: outcome.refused.map(\.change.key).sorted(), message: message))
+    }
+}

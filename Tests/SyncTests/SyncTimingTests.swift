@@ -1,0 +1,239 @@
+import Foundation
+import KVCloud
+import KVStore
+import KVSync
+import KVTestSupport
+import Synchronization
+import Testing
+
+/// When the engine talks to the remote, on a manual clock: what it does is decided by the
+/// time the test sets, never by how long anything takes. The only tasks asleep on the clock
+/// are the engine's ticker and its loop (a debounce, a backoff or a retry-after): the remote's
+/// waits for changes are timed by a clock of their own that nobody advances, so they end only
+/// when the remote has changes as they start.
+///
+/// The time limit only ends a test that hangs: beside the blocking tests of a full run, the
+/// concurrency pool (one thread per core) can leave these tasks waiting for a minute.
+@Suite("The sync engine's timing", .timeLimit(.minutes(3)))
+struct SyncTimingTests {
+    @Test("after each failure in a row the wait grows from 50 ms, doubling, to at most 30 s, drawn from the generator given")
+    func backoffGrowsAndIsCapped() async throws {
+        let waits = try await backoffWaits(seed: 7)
+        var generator = SeededGenerator(seed: 7)
+        for (failures, wait) in waits.enumerated() {
+            let ceiling = min(.seconds(30), .milliseconds(50) * (1 << failures))
+            #expect(wait >= ceiling / 2 && wait <= ceiling, "wait \(failures): \(wait), ceiling \(ceiling)")
+            #expect(wait == ceiling * Double.random(in: 0.5...1, using: &generator), "wait \(failures): the jitter is the generator's")
+        }
+        #expect(waits.suffix(3).allSatisfy { $0 >= .seconds(15) && $0 <= .seconds(30) }, "\(waits)")
+    }
+
+    /// The waits between 14 attempts of an engine whose remote cannot be reached.
+    private func backoffWaits(seed: UInt64) async throws -> [Duration] {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir, seed: seed)
+            rig.link.setOnline(false)
+            rig.engine.start()
+            // The ticker and the backoff: advancing to the earlier wakes it; the loop tries
+            // again only when it was the backoff.
+            try await rig.clock.waitForSleepers(2)
+            while rig.log.calls("identity").count < 14 {
+                rig.clock.advanceToNextDeadline()
+                try await rig.clock.waitForSleepers(2)
+            }
+            let attempts = rig.log.calls("identity").map(\.time)
+            return zip(attempts, attempts.dropFirst()).map { $0.duration(to: $1) }
+        }
+    }
+
+    @Test("a 503 with a retry-after: no request before it has passed, one as soon as it has")
+    func retryAfterIsHonoured() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir)
+            try await rig.startSynchronized()
+            rig.link.answerBusy(retryAfter: .seconds(7))
+            try rig.store.put(.string("v"), forKey: "k")
+            try await rig.clock.waitForSleepers(2)  // the debounce
+            rig.clock.advanceToNextDeadline()
+            try await rig.waitForLog { $0.calls("push").count == 1 }
+            try await rig.clock.waitForSleepers(2)  // the retry-after
+            let refused = try #require(rig.log.calls("push").first).time
+
+            #expect(rig.clock.advance(by: .seconds(7) - .nanoseconds(1)) == 0, "nothing is due before the retry-after")
+            #expect(rig.log.calls("push").count == 1)
+            #expect(rig.clock.advance(by: .nanoseconds(1)) == 1)
+            try await rig.waitForLog { $0.calls("push").count == 2 }
+            #expect(rig.log.calls("push")[1].time == refused.advanced(by: .seconds(7)))
+            try await rig.waitForRoundEnd()
+            #expect(rig.store.syncState(forKey: "k") == .synced)
+        }
+    }
+
+    @Test("changes made within the debounce window travel in one push, when the window ends")
+    func burstIsOnePush() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir, debounce: .seconds(1))
+            try await rig.startSynchronized()
+            try rig.store.put(.integer(0), forKey: "k0")
+            try await rig.clock.waitForSleepers(2)  // the window opened by the first change
+            for index in 1..<10 { try rig.store.put(.integer(index), forKey: "k\(index)") }
+            #expect(rig.clock.advance(by: .seconds(1) - .nanoseconds(1)) == 0)
+            #expect(rig.log.calls("push").isEmpty)
+            #expect(rig.clock.advance(by: .nanoseconds(1)) == 1)
+            try await rig.waitForRoundEnd()
+            // Another round, which finds nothing left to push.
+            rig.clock.advanceToNextDeadline()
+            try await rig.waitForRoundEnd()
+            #expect(rig.log.calls("push").map(\.changes) == [10])
+            #expect(rig.store.pendingChanges().isEmpty)
+        }
+    }
+
+    @Test("with nothing asking for one, a round runs when the clock passes 30 s, and not before")
+    func periodicRound() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir)
+            try await rig.startSynchronized()
+            try await rig.clock.waitForSleepers(1)  // the ticker
+            #expect(rig.clock.advance(by: .seconds(30) - .nanoseconds(1)) == 0, "nothing is due before 30 s")
+            #expect(rig.log.calls("fetch").count == 2)
+            #expect(rig.clock.advance(by: .nanoseconds(1)) == 1, "the ticker")
+            try await rig.clock.waitForSleepers(2)  // the ticker again, and the round's debounce
+            rig.clock.advanceToNextDeadline()
+            try await rig.waitForLog { $0.calls("fetch").count == 3 }
+            #expect(try #require(rig.log.calls("fetch").last).time.offset >= .seconds(30))
+        }
+    }
+
+    @Test("the account is checked on the first round, then not again until 60 s have passed")
+    func accountCheckInterval() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir)
+            try await rig.startSynchronized()
+            for seconds in [1.0, 29.0, 30.0, 45.0, 59.9] {
+                try await rig.round(at: .seconds(seconds))
+                #expect(rig.log.calls("identity").count == 1, "a round at \(seconds) s does not ask the account again")
+            }
+            try await rig.round(at: .seconds(60))
+            #expect(rig.log.calls("identity").map(\.time.offset.components.seconds) == [0, 60])
+            try await rig.round(at: .seconds(119))
+            #expect(rig.log.calls("identity").count == 2)
+        }
+    }
+}
+
+/// An engine on a manual clock over an in-memory remote (behind a link that can be cut or
+/// made busy) whose calls are noted.
+private final class Rig {
+    let clock = ManualClock()
+    let link: InterruptibleRemote
+    let log: CallLog
+    let store: KeyValueStore
+    let engine: SyncEngine
+    private var arrivals: AsyncStream<CallLog.Call>.Iterator
+
+    init(in dir: TemporaryDirectory, debounce: Duration = .milliseconds(2), seed: UInt64 = 1) throws {
+        let cloud = MemoryCloudStorage()
+        link = InterruptibleRemote(CloudRemote(description: "memory", store: "default", clock: ManualClock()) { cloud })
+        log = CallLog(link, clock: clock)
+        arrivals = log.arrivals.makeAsyncIterator()
+        store = try makeStore(in: dir)
+        engine = SyncEngine(store: store, remote: log, applier: StoreApplier(store: store), debounce: debounce,
+                            clock: clock, jitter: SeededGenerator(seed: seed))
+    }
+
+    deinit { engine.stop() }
+
+    /// Synchronises at time 0, starts the engine, and returns once the round it runs at start
+    /// has fetched (and so pushed, had there been anything to push).
+    func startSynchronized() async throws {
+        try await engine.synchronize()
+        engine.start()
+        try await waitForLog { $0.calls("fetch").count == 2 }
+    }
+
+    /// Returns once `condition` holds for the calls noted so far, waiting for each new one.
+    func waitForLog(_ condition: (CallLog) -> Bool) async throws {
+        while !condition(log) {
+            guard await arrivals.next() != nil else { throw CancellationError() }
+        }
+    }
+
+    /// Returns once the loop has ended the round it is in: it is asked for another, whose
+    /// debounce then shows on the clock beside the ticker.
+    func waitForRoundEnd() async throws {
+        engine.requestSync()
+        try await clock.waitForSleepers(2)
+    }
+
+    /// Moves the clock to `time` and returns once a round started there has fetched.
+    func round(at time: Duration) async throws {
+        clock.advance(to: ManualClock.Instant(offset: time))
+        try await waitForRoundEnd()
+        clock.advanceToNextDeadline()
+        try await waitForLog { $0.calls("fetch").contains { $0.time.offset >= time } }
+    }
+}
+
+/// A remote that notes every call reaching it (when, on the test's clock, and how many changes
+/// a push carried) around a real one, and hands each to a test waiting for it.
+final class CallLog: Remote {
+    struct Call: Sendable {
+        let name: String
+        let time: ManualClock.Instant
+        let changes: Int
+    }
+
+    private let base: any Remote
+    private let clock: ManualClock
+    private let recorded = Mutex<[Call]>([])
+    /// Every call as it reaches the remote.
+    let arrivals: AsyncStream<Call>
+    private let arrival: AsyncStream<Call>.Continuation
+
+    init(_ base: any Remote, clock: ManualClock) {
+        self.base = base
+        self.clock = clock
+        (arrivals, arrival) = AsyncStream.makeStream(of: Call.self)
+    }
+
+    var description: String { base.description }
+
+    func calls(_ name: String) -> [Call] {
+        recorded.withLock { $0.filter { $0.name == name } }
+    }
+
+    private func note(_ name: String, changes: Int = 0) {
+        let call = Call(name: name, time: clock.now, changes: changes)
+        recorded.withLock { $0.append(call) }
+        arrival.yield(call)
+    }
+
+    func identity() async throws -> String {
+        note("identity")
+        return try await base.identity()
+    }
+
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+        note("push", changes: changes.count)
+        return try await base.push(changes, mark: mark)
+    }
+
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+        note("fetch")
+        return try await base.fetch(after: cursor, mark: mark)
+    }
+
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
+        note("wait")
+        return try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+    }
+
+    func readOnlyReason() async throws -> String? { try await base.readOnlyReason() }
+    func discardPrefetched() { base.discardPrefetched() }
+
+    func renewIdentity(replacing seen: String) async throws {
+        note("renew")
+        try await base.renewIdentity(replacing: seen)
+    }
+}
