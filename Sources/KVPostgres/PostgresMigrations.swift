@@ -60,8 +60,8 @@ enum PostgresSchema {
     /// goes on serving during an upgrade.
     @discardableResult
     static func migrate(_ db: PostgresConnection, logger: Logger) async throws -> [String] {
-        // A session lock, held across the migrations' transactions; closing the connection
-        // releases it too.
+        // Held by the connection across the migrations' transactions (not by one of them);
+        // closing the connection releases it too.
         try await db.query("SELECT pg_advisory_lock(\(lockKey))", logger: logger)
         let applied = try await db.withTransaction(logger: logger) { db in
             try await db.query("""
