@@ -75,7 +75,9 @@ let package = Package(
             "KVStore", "KVCloud", "KVSync", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
-        .testTarget(name: "KVServerTests", dependencies: ["KVServer"]),
+        .testTarget(name: "KVServerTests", dependencies: [
+            "KVServer", "KVPostgres", "KVCloud", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "KVWireTests", dependencies: ["KVWire", "KVStore", "KVCloud", "KVTestSupport"]),
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),

@@ -3,8 +3,8 @@ import Synchronization
 
 /// Active tokens an instance has looked up, kept while it hears every revocation.
 ///
-/// Open event streams look their tokens up again once a second; over the network that was most
-/// of what a busy instance asked PostgreSQL. A revoke notifies `kvsfs_tokens` in the transaction
+/// Open event streams look their tokens up again once a second, each a round trip to
+/// PostgreSQL unless kept here. A revoke notifies `kvsfs_tokens` in the transaction
 /// that makes it, and every instance LISTENs on it: while that connection is up, a kept token
 /// is known to be active (up to the notification's delivery). While it is down, nothing is kept
 /// and every lookup asks the database. Requests other than streams always ask the database.

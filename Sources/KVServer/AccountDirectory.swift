@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import GRDB
 
 /// What a token may do.
 public struct TokenScope: Sendable, Equatable {
@@ -147,110 +146,5 @@ public struct AccountDirectory: Sendable {
         let bytes = (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
         return Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
             .replacingOccurrences(of: "/", with: "-").replacingOccurrences(of: "=", with: "")
-    }
-}
-
-/// Accounts and tokens in tables of a SQLite file (the single-machine server's database).
-public final class SQLiteAccountStorage: AccountStorage {
-    private let database: DatabasePool
-
-    public init(path: String) throws(AccountError) {
-        do {
-            var configuration = Configuration()
-            configuration.busyMode = .timeout(10)
-            database = try DatabasePool(path: path, configuration: configuration)
-            var migrator = DatabaseMigrator()
-            migrator.registerMigration("server v1 accounts and tokens") { db in
-                try db.create(table: "account") { t in
-                    t.primaryKey("name", .text)
-                    t.column("createdAt", .datetime).notNull()
-                }
-                try db.create(table: "token") { t in
-                    t.primaryKey("id", .text)
-                    t.column("account", .text).notNull().references("account", onDelete: .cascade)
-                    t.column("secretHash", .text).notNull().unique()
-                    t.column("store", .text)
-                    t.column("readOnly", .boolean).notNull()
-                    t.column("createdAt", .datetime).notNull()
-                    t.column("revokedAt", .datetime)
-                }
-            }
-            try migrator.migrate(database)
-        } catch {
-            throw .database(String(describing: error))
-        }
-    }
-
-    public func addAccount(_ name: String, at date: Date) async throws(AccountError) {
-        try run {
-            try self.database.write { db in
-                if try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false {
-                    throw AccountError.accountExists(name)
-                }
-                try db.execute(sql: "INSERT INTO account (name, createdAt) VALUES (?, ?)", arguments: [name, date])
-            }
-        }
-    }
-
-    public func hasAccount(_ name: String) async throws(AccountError) -> Bool {
-        try run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false } }
-    }
-
-    public func addToken(_ token: TokenRecord) async throws(AccountError) {
-        try run {
-            try self.database.write { db in
-                try db.execute(sql: """
-                    INSERT INTO token (id, account, secretHash, store, readOnly, createdAt) VALUES (?, ?, ?, ?, ?, ?)
-                    """, arguments: [token.id, token.scope.account, token.secretHash, token.scope.store, token.scope.readOnly, token.createdAt])
-            }
-        }
-    }
-
-    public func revokeToken(id: String, at date: Date) async throws(AccountError) -> Bool {
-        try run {
-            try self.database.write { db -> Bool in
-                try db.execute(sql: "UPDATE token SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", arguments: [date, id])
-                return db.changesCount > 0
-            }
-        }
-    }
-
-    public func tokens(of account: String) async throws(AccountError) -> [TokenInfo] {
-        try run {
-            try self.database.read { db in
-                try Row.fetchAll(db, sql: "SELECT * FROM token WHERE account = ? ORDER BY createdAt", arguments: [account]).map { row in
-                    TokenInfo(id: try row.decode(forColumn: "id"), scope: try Self.scope(row), createdAt: try row.decode(forColumn: "createdAt"),
-                              revoked: try row.decode(Date?.self, forColumn: "revokedAt") != nil)
-                }
-            }
-        }
-    }
-
-    /// A token row's scope, its columns' types checked.
-    private static func scope(_ row: Row) throws -> TokenScope {
-        TokenScope(account: try row.decode(forColumn: "account"), store: try row.decode(forColumn: "store"),
-                   readOnly: try row.decode(forColumn: "readOnly"))
-    }
-
-    public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
-        try run {
-            // Checked on every request: one statement, no transaction around it.
-            try self.database.unsafeRead { db in
-                try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL"), arguments: [id]).map { row in
-                    TokenRecord(id: try row.decode(forColumn: "id"), secretHash: try row.decode(forColumn: "secretHash"),
-                                scope: try Self.scope(row), createdAt: try row.decode(forColumn: "createdAt"))
-                }
-            }
-        }
-    }
-
-    private func run<T>(_ body: () throws -> T) throws(AccountError) -> T {
-        do {
-            return try body()
-        } catch let error as AccountError {
-            throw error
-        } catch {
-            throw .database(String(describing: error))
-        }
     }
 }

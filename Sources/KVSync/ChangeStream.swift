@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import KVCloud
+import KVWire
 import NIOCore
 import Synchronization
 
@@ -38,7 +39,7 @@ final class ChangeStream: Sendable {
                     pending.writeBuffer(&chunk)
                     while let event = ServerSentEvents.next(in: &pending) {
                         // A comment (keep-alive) is an empty batch.
-                        ChangeStream.deliver(try ServerSentEvents.batch(in: event) ?? ChangeBatch(changes: [], cursor: 0, complete: true), to: shared)
+                        ChangeStream.deliver(try ChangeEvent.batch(in: event) ?? ChangeBatch(changes: [], cursor: 0, complete: true), to: shared)
                     }
                 }
             } catch {
@@ -105,7 +106,7 @@ final class ChangeStream: Sendable {
     }
 }
 
-/// The framing of server-sent events.
+/// The framing of server-sent events (what an event of the sync protocol holds is `ChangeEvent`'s).
 public enum ServerSentEvents {
     /// Takes one event (its lines, up to a blank line) off the front of `buffer`; nil until a
     /// whole one has arrived.
@@ -116,12 +117,5 @@ public enum ServerSentEvents {
         buffer.moveReaderIndex(forwardBy: end.upperBound - bytes.startIndex)
         buffer.discardReadBytes()
         return event
-    }
-
-    /// The batch of changes an event's `data:` lines carry; nil for a comment (keep-alive).
-    public static func batch(in event: String) throws -> ChangeBatch? {
-        let data = event.split(separator: "\n").filter { $0.hasPrefix("data:") }.map { $0.dropFirst(5).drop { $0 == " " } }
-        guard !data.isEmpty else { return nil }
-        return try JSONDecoder().decode(ChangeBatch.self, from: Data(data.joined(separator: "\n").utf8))
     }
 }

@@ -6,6 +6,15 @@ import KVCloud
 /// winning, unknown names ignored. Each route reads only the parameters it takes. Pure, and
 /// never traps, whatever the text.
 public struct WireQuery: Sendable {
+    /// The parameters' names, for the server's reading and a client's writing alike.
+    public enum Name {
+        public static let after = "after"
+        public static let limit = "limit"
+        public static let wait = "wait"
+        public static let mark = "mark"
+        public static let markKey = "mark-key"
+    }
+
     private let pairs: [(name: Substring, value: Substring)]
 
     /// `query`: the part of the URI after `?`, as sent (nil or empty for none).
@@ -25,25 +34,25 @@ public struct WireQuery: Sendable {
 
     /// `after`: the cursor to read after, 0 or more (default 0).
     public func after() throws(WireError) -> Int64 {
-        try wholeNumber("after") ?? 0
+        try wholeNumber(Name.after) ?? 0
     }
 
     /// `limit`: how many changes at most, in `WireLimits.changesPerFetch` (default 1000).
     public func limit() throws(WireError) -> Int {
-        guard let number = try wholeNumber("limit") else { return WireLimits.defaultChangesPerFetch }
+        guard let number = try wholeNumber(Name.limit) else { return WireLimits.defaultChangesPerFetch }
         let range = WireLimits.changesPerFetch
         guard number >= Int64(range.lowerBound), number <= Int64(range.upperBound) else {
-            throw .invalidQuery(name: "limit", expected: "\(range.lowerBound) to \(range.upperBound)")
+            throw .invalidQuery(name: Name.limit, expected: "\(range.lowerBound) to \(range.upperBound)")
         }
         return Int(number)
     }
 
     /// `wait`: how many seconds a long poll may wait, in `WireLimits.waitSeconds` (default 0).
     public func wait() throws(WireError) -> Int64 {
-        guard let number = try wholeNumber("wait") else { return 0 }
+        guard let number = try wholeNumber(Name.wait) else { return 0 }
         let range = WireLimits.waitSeconds
         guard range.contains(number) else {
-            throw .invalidQuery(name: "wait", expected: "\(range.lowerBound) to \(range.upperBound) seconds")
+            throw .invalidQuery(name: Name.wait, expected: "\(range.lowerBound) to \(range.upperBound) seconds")
         }
         return number
     }
@@ -51,19 +60,19 @@ public struct WireQuery: Sendable {
     /// `mark` and `mark-key`: the reader's history mark (its `position` and its key), or nil
     /// when neither is sent.
     public func mark() throws(WireError) -> HistoryMark? {
-        let position = value("mark")
-        let key = value("mark-key")
+        let position = value(Name.mark)
+        let key = value(Name.markKey)
         guard position != nil || key != nil else { return nil }
         guard let position, let key, position.utf8.count <= 128, let mark = HistoryMark(key: key, position: position) else {
-            throw .invalidQuery(name: "mark", expected: "mark=CURSOR.TIME.COUNTER.DEVICE and mark-key=KEY, as a change stamp and a key name allow")
+            throw .invalidQuery(name: Name.mark, expected: "\(Name.mark)=CURSOR.TIME.COUNTER.DEVICE and \(Name.markKey)=KEY, as a change stamp and a key name allow")
         }
         return mark
     }
 
     /// `?after=N[&mark=M&mark-key=K][&limit=L][&wait=S]`, for a client.
     public static func encode(after: Int64, mark: HistoryMark? = nil, limit: Int? = nil, wait: Int64? = nil) -> String {
-        "?after=\(after)" + (mark.map { "&" + parameters($0) } ?? "") + (limit.map { "&limit=\($0)" } ?? "")
-            + (wait.map { "&wait=\($0)" } ?? "")
+        "?\(Name.after)=\(after)" + (mark.map { "&" + parameters($0) } ?? "") + (limit.map { "&\(Name.limit)=\($0)" } ?? "")
+            + (wait.map { "&\(Name.wait)=\($0)" } ?? "")
     }
 
     /// `?mark=M&mark-key=K`, for a client's push.
@@ -72,7 +81,7 @@ public struct WireQuery: Sendable {
     }
 
     private static func parameters(_ mark: HistoryMark) -> String {
-        "mark=\(mark.position)&mark-key=\(percentEncoded(mark.key))"
+        "\(Name.mark)=\(mark.position)&\(Name.markKey)=\(percentEncoded(mark.key))"
     }
 
     /// Every byte but ASCII letters and digits escaped: a key may hold anything, NUL included.

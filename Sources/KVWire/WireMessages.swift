@@ -66,6 +66,25 @@ public struct IdentityResponse: Codable, Sendable, Equatable {
     }
 }
 
+/// `GET .../events`: server-sent events, one per batch of changes as it lands (`id:` its
+/// cursor, one `data:` line its JSON, as `ChangesResponse`), and a comment (`keep-alive`) when
+/// nothing landed for a while, so that a dead connection is found.
+public enum ChangeEvent {
+    public static func encode(_ batch: ChangesResponse) throws -> [UInt8] {
+        Array("id: \(batch.cursor)\ndata: ".utf8) + Array(try JSONEncoder().encode(batch)) + Array("\n\n".utf8)
+    }
+
+    public static let keepAlive = ": keep-alive\n\n"
+
+    /// The batch of changes an event's `data:` lines carry (its lines without the blank line
+    /// that ends it); nil for a comment.
+    public static func batch(in event: String) throws -> ChangesResponse? {
+        let data = event.split(separator: "\n").filter { $0.hasPrefix("data:") }.map { $0.dropFirst(5).drop { $0 == " " } }
+        guard !data.isEmpty else { return nil }
+        return try JSONDecoder().decode(ChangesResponse.self, from: Data(data.joined(separator: "\n").utf8))
+    }
+}
+
 /// `GET .../cursor`: the store's newest cursor.
 public struct CursorResponse: Codable, Sendable, Equatable {
     public var cursor: Int64

@@ -155,7 +155,7 @@ struct LoadClient: Sendable {
                     var chunk = chunk
                     pending.writeBuffer(&chunk)
                     while let event = ServerSentEvents.next(in: &pending) {
-                        guard let batch = try ServerSentEvents.batch(in: event) else { continue }
+                        guard let batch = try ChangeEvent.batch(in: event) else { continue }
                         for change in batch.changes {
                             if let sent = change.value.flatMap(Self.sentTime) { tally.delivered(sentAt: sent) }
                         }

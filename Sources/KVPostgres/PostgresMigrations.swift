@@ -1,0 +1,101 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// One step of the PostgreSQL schema, applied once, in a transaction of its own that also
+/// records its name in `kvsfs_migration`.
+///
+/// Migrations are only ever appended: a released one is never edited, renamed or removed, as
+/// databases record it as applied by its name.
+struct PostgresMigration: Sendable {
+    let name: String
+    let apply: @Sendable (PostgresConnection, Logger) async throws -> Void
+}
+
+/// The schema as its migrations, and how a database is brought up to date.
+enum PostgresSchema {
+    static let migrations: [PostgresMigration] = [
+        PostgresMigration(name: "v1 stores, their latest changes, settings, accounts and tokens") { db, logger in
+            for statement in [
+                "CREATE TABLE kvsfs_setting (name text PRIMARY KEY, value text NOT NULL)",
+                """
+                CREATE TABLE kvsfs_store (
+                    id text PRIMARY KEY, cursor bigint NOT NULL, bytes bigint NOT NULL, keys bigint NOT NULL,
+                    total_bytes bigint NOT NULL, value_bytes bigint NOT NULL, max_keys bigint NOT NULL, key_name_bytes bigint NOT NULL)
+                """,
+                """
+                CREATE TABLE kvsfs_change (
+                    store text NOT NULL REFERENCES kvsfs_store ON DELETE CASCADE, key text NOT NULL, value bytea, type text,
+                    time bigint NOT NULL, counter integer NOT NULL, device text NOT NULL, cursor bigint NOT NULL,
+                    PRIMARY KEY (store, key), CHECK ((value IS NULL) = (type IS NULL)))
+                """,
+                "CREATE UNIQUE INDEX kvsfs_change_by_cursor ON kvsfs_change (store, cursor)",
+                "CREATE TABLE kvsfs_account (name text PRIMARY KEY, created_at timestamptz NOT NULL)",
+                """
+                CREATE TABLE kvsfs_token (
+                    id text PRIMARY KEY, account text NOT NULL REFERENCES kvsfs_account ON DELETE CASCADE,
+                    secret_hash text NOT NULL UNIQUE, store text, read_only boolean NOT NULL,
+                    created_at timestamptz NOT NULL, revoked_at timestamptz)
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+            try await db.query("INSERT INTO kvsfs_setting (name, value) VALUES ('identity', \(UUID().uuidString.lowercased()))",
+                               logger: logger)
+        },
+    ]
+
+    /// The advisory lock under which instances starting together take turns (the key kvsfs
+    /// took its schema's lock under before migrations were recorded, so that an instance of
+    /// that release waits too).
+    static let lockKey: Int64 = 72_017_001
+
+    /// Applies the migrations `db`'s database has not recorded, in order, under the advisory
+    /// lock; returns the names of those it applied.
+    ///
+    /// A database whose tables were made before migrations were recorded (`kvsfs_store`
+    /// exists and `kvsfs_migration` did not) has exactly the first migration's schema: that
+    /// one is recorded as applied, and its rows are left as they are. Names recorded that
+    /// this release does not know (a newer one's) are left alone, so that an older instance
+    /// goes on serving during an upgrade.
+    @discardableResult
+    static func migrate(_ db: PostgresConnection, logger: Logger) async throws -> [String] {
+        // Held by the connection across the migrations' transactions (not by one of them);
+        // closing the connection releases it too.
+        try await db.query("SELECT pg_advisory_lock(\(lockKey))", logger: logger)
+        let applied = try await db.withTransaction(logger: logger) { db in
+            try await db.query("""
+                CREATE TABLE IF NOT EXISTS kvsfs_migration (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())
+                """, logger: logger)
+            var recorded = Set<String>()
+            for try await name in try await db.query("SELECT name FROM kvsfs_migration", logger: logger).decode(String.self) {
+                recorded.insert(name)
+            }
+            if recorded.isEmpty, try await tableExists("kvsfs_store", db, logger) {
+                try await record(migrations[0].name, db, logger)
+                recorded.insert(migrations[0].name)
+            }
+            return recorded
+        }
+        var done = [String]()
+        for migration in migrations where !applied.contains(migration.name) {
+            try await db.withTransaction(logger: logger) { db in
+                try await migration.apply(db, logger)
+                try await record(migration.name, db, logger)
+            }
+            done.append(migration.name)
+        }
+        try await db.query("SELECT pg_advisory_unlock(\(lockKey))", logger: logger)
+        return done
+    }
+
+    private static func record(_ name: String, _ db: PostgresConnection, _ logger: Logger) async throws {
+        try await db.query("INSERT INTO kvsfs_migration (name) VALUES (\(name))", logger: logger)
+    }
+
+    private static func tableExists(_ name: String, _ db: PostgresConnection, _ logger: Logger) async throws -> Bool {
+        let rows = try await db.query("SELECT to_regclass(\(name)) IS NOT NULL", logger: logger)
+        for try await exists in rows.decode(Bool.self) { return exists }
+        return false
+    }
+}

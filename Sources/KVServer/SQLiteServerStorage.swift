@@ -1,0 +1,171 @@
+import Foundation
+import GRDB
+import KVCloud
+import KVStore
+
+/// A server's storage in one SQLite file: stores through `SQLiteCloudStorage` (the file
+/// remote's code), accounts in tables of the same file. One server per file.
+///
+/// GRDB's calls block their thread: every one runs on `BlockingThreads.sqlite`, never on the
+/// caller's. (A push suspends in GRDB's own async write.)
+public final class SQLiteServerStorage: ServerStorage {
+    private let cloud: SQLiteCloudStorage
+    public let accounts: any AccountStorage
+    private let threads = BlockingThreads.sqlite
+
+    public init(path: String, admission: AdmissionPolicy = .standard) throws(CloudError) {
+        // It holds the token hashes: 0600, even if an older kvsfs made it readable to others.
+        if let failure = OwnerOnlyFile.restrict(path) { throw .unavailable(failure) }
+        cloud = try SQLiteCloudStorage(path: path, readers: 4, admission: admission)
+        do {
+            accounts = try SQLiteAccountStorage(path: path)
+        } catch {
+            throw .unavailable(error.description)
+        }
+    }
+
+    public func identity() async throws(CloudError) -> String {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.identity() }
+    }
+
+    public func generation(of account: String) async throws(CloudError) -> String? {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.setting("generation:" + account) }
+    }
+
+    public func renewGeneration(of account: String) async throws(CloudError) {
+        try await threads.run { [cloud] () throws(CloudError) in
+            try cloud.setSetting("generation:" + account, to: UUID().uuidString.lowercased())
+        }
+    }
+
+    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
+        try await cloud.push(changes, to: store)
+    }
+
+    public func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.changes(in: store, after: cursor, limit: limit) }
+    }
+
+    public func cursor(of store: String) async throws(CloudError) -> Int64 {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.cursor(of: store) }
+    }
+
+    public func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark? {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.mark(in: store, key: key) }
+    }
+
+    /// Nobody else writes this file: every change comes through this server.
+    public func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async {}
+
+    public func close() async {}
+}
+
+/// Accounts and tokens in tables of a SQLite file (the single-machine server's database).
+/// Like the stores, every call runs on `BlockingThreads.sqlite`.
+public final class SQLiteAccountStorage: AccountStorage {
+    private let database: DatabasePool
+
+    public init(path: String) throws(AccountError) {
+        do {
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(10)
+            database = try DatabasePool(path: path, configuration: configuration)
+            var migrator = DatabaseMigrator()
+            migrator.registerMigration("server v1 accounts and tokens") { db in
+                try db.create(table: "account") { t in
+                    t.primaryKey("name", .text)
+                    t.column("createdAt", .datetime).notNull()
+                }
+                try db.create(table: "token") { t in
+                    t.primaryKey("id", .text)
+                    t.column("account", .text).notNull().references("account", onDelete: .cascade)
+                    t.column("secretHash", .text).notNull().unique()
+                    t.column("store", .text)
+                    t.column("readOnly", .boolean).notNull()
+                    t.column("createdAt", .datetime).notNull()
+                    t.column("revokedAt", .datetime)
+                }
+            }
+            try migrator.migrate(database)
+        } catch {
+            throw .database(String(describing: error))
+        }
+    }
+
+    public func addAccount(_ name: String, at date: Date) async throws(AccountError) {
+        try await run {
+            try self.database.write { db in
+                if try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false {
+                    throw AccountError.accountExists(name)
+                }
+                try db.execute(sql: "INSERT INTO account (name, createdAt) VALUES (?, ?)", arguments: [name, date])
+            }
+        }
+    }
+
+    public func hasAccount(_ name: String) async throws(AccountError) -> Bool {
+        try await run { try self.database.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) ?? false } }
+    }
+
+    public func addToken(_ token: TokenRecord) async throws(AccountError) {
+        try await run {
+            try self.database.write { db in
+                try db.execute(sql: """
+                    INSERT INTO token (id, account, secretHash, store, readOnly, createdAt) VALUES (?, ?, ?, ?, ?, ?)
+                    """, arguments: [token.id, token.scope.account, token.secretHash, token.scope.store, token.scope.readOnly, token.createdAt])
+            }
+        }
+    }
+
+    public func revokeToken(id: String, at date: Date) async throws(AccountError) -> Bool {
+        try await run {
+            try self.database.write { db -> Bool in
+                try db.execute(sql: "UPDATE token SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", arguments: [date, id])
+                return db.changesCount > 0
+            }
+        }
+    }
+
+    public func tokens(of account: String) async throws(AccountError) -> [TokenInfo] {
+        try await run {
+            try self.database.read { db in
+                try Row.fetchAll(db, sql: "SELECT * FROM token WHERE account = ? ORDER BY createdAt", arguments: [account]).map { row in
+                    TokenInfo(id: try row.decode(forColumn: "id"), scope: try Self.scope(row), createdAt: try row.decode(forColumn: "createdAt"),
+                              revoked: try row.decode(Date?.self, forColumn: "revokedAt") != nil)
+                }
+            }
+        }
+    }
+
+    /// A token row's scope, its columns' types checked.
+    private static func scope(_ row: Row) throws -> TokenScope {
+        TokenScope(account: try row.decode(forColumn: "account"), store: try row.decode(forColumn: "store"),
+                   readOnly: try row.decode(forColumn: "readOnly"))
+    }
+
+    public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
+        try await run {
+            // Checked on every request: one statement, no transaction around it.
+            try self.database.unsafeRead { db in
+                try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM token WHERE id = ? AND revokedAt IS NULL"), arguments: [id]).map { row in
+                    TokenRecord(id: try row.decode(forColumn: "id"), secretHash: try row.decode(forColumn: "secretHash"),
+                                scope: try Self.scope(row), createdAt: try row.decode(forColumn: "createdAt"))
+                }
+            }
+        }
+    }
+
+    /// Runs `body` on `BlockingThreads.sqlite`; an error other than an `AccountError` is the
+    /// database's.
+    private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(AccountError) -> T {
+        try await BlockingThreads.sqlite.run { () throws(AccountError) in
+            do {
+                return try body()
+            } catch let error as AccountError {
+                throw error
+            } catch {
+                throw .database(String(describing: error))
+            }
+        }
+    }
+}
