@@ -75,8 +75,6 @@ public final class SyncEngine: Sendable {
         knownPosition.update { $0 = position }
     }
 
-    public var remoteDescription: String { remote.description }
-
     /// Pushes what is pending now and starts a round that fetches and applies, without
     /// waiting for that round or applying anything itself: for callers that hold something an
     /// apply needs (fsync of the mount's root holds the directory's lock). Refusals are left to
