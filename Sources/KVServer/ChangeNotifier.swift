@@ -17,8 +17,12 @@ public final class ChangeNotifier: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Times the waits' timeouts.
+    private let clock: any Clock<Duration>
 
-    public init() {}
+    public init(clock: any Clock<Duration> = ContinuousClock()) {
+        self.clock = clock
+    }
 
     /// Ends every wait now and every later one at once: for a graceful shutdown, which waits
     /// for the requests in progress.
@@ -62,8 +66,9 @@ public final class ChangeNotifier: Sendable {
     /// `timeout`, or when the task is cancelled.
     public func wait(for store: String, since version: UInt64, timeout: Duration) async {
         let id = UUID()
-        let timer = Task {
-            try? await Task.sleep(for: timeout)
+        let timer = Task { [clock] in
+            // Cancelled when the wait ends first; the timeout ends it otherwise.
+            try? await clock.sleep(for: timeout)
             self.resume(store, id)
         }
         await withTaskCancellationHandler {

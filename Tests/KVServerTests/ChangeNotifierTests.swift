@@ -1,67 +1,80 @@
 import Foundation
 import KVServer
+import KVTestSupport
 import Testing
 
 /// The long polls' wake-ups: a change that lands between a request's look at the storage and
 /// its wait must end the wait at once.
 ///
-/// Waits that should end at once get a long timeout (60 s) and must end well before it: other
-/// suites running at the same time can hold the shared threads for seconds, so "at once" is
-/// told from "at the timeout", not measured.
-@Suite("Long-poll wake-ups")
+/// The waits' timeouts are on a manual clock: a wait that ends while the clock stands still
+/// ended because of a notification, never because of how long the machine took.
+@Suite("Long-poll wake-ups", .timeLimit(.minutes(3)))
 struct ChangeNotifierTests {
-    private let long = Duration.seconds(60)
-    private let woken = Duration.seconds(30)
+    private let timeout = Duration.seconds(60)
 
-    /// Runs `wait`, returning how long it took.
-    private func timed(_ wait: () async -> Void) async -> Duration {
-        let start = ContinuousClock.now
-        await wait()
-        return ContinuousClock.now - start
+    /// Waits in a task of its own; `done` tells whether the wait has ended.
+    private final class Waiter: Sendable {
+        let task: Task<Void, Never>
+        init(_ wait: @escaping @Sendable () async -> Void) { task = Task { await wait() } }
+        func ended() async { await task.value }
     }
 
     @Test("a change notified after the version was read ends the wait at once")
     func notifiedBeforeWaiting() async {
-        let notifier = ChangeNotifier()
+        let clock = ManualClock()
+        let notifier = ChangeNotifier(clock: clock)
         let seen = notifier.version(of: "a.default")
         notifier.notify("a.default")
-        let took = await timed { await notifier.wait(for: "a.default", since: seen, timeout: long) }
-        #expect(took < woken)
+        await notifier.wait(for: "a.default", since: seen, timeout: timeout)
+        #expect(clock.now.offset == .zero)
     }
 
     @Test("a waiter wakes when its store is notified, not when another store is")
     func wakesOnItsStore() async throws {
-        let notifier = ChangeNotifier()
+        let clock = ManualClock()
+        let notifier = ChangeNotifier(clock: clock)
         let seen = notifier.version(of: "a.default")
-        let waiter = Task { await timed { await notifier.wait(for: "a.default", since: seen, timeout: long) } }
-        while notifier.waiting == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        let waiter = Waiter { await notifier.wait(for: "a.default", since: seen, timeout: timeout) }
+        try await clock.waitForSleepers(1)  // its timeout, armed
+        while notifier.waiting == 0 { await Task.yield() }
         notifier.notify("b.default")
         #expect(notifier.waiting == 1, "another store's change leaves the waiter waiting")
         notifier.notify("a.default")
-        let took = await waiter.value
-        #expect(took < woken)
+        await waiter.ended()
         #expect(notifier.waiting == 0)
+        #expect(clock.now.offset == .zero, "woken by the notification, the clock never moved")
     }
 
     @Test("notifyAll wakes waiters of every store, even one never notified, and counts for a version read before it")
-    func notifyAllWakesEveryone() async throws {
-        let notifier = ChangeNotifier()
+    func notifyAllWakesEveryone() async {
+        let clock = ManualClock()
+        let notifier = ChangeNotifier(clock: clock)
         let seen = notifier.version(of: "never.notified")
         notifier.notifyAll()
-        let took = await timed { await notifier.wait(for: "never.notified", since: seen, timeout: long) }
-        #expect(took < woken)
+        await notifier.wait(for: "never.notified", since: seen, timeout: timeout)
+        #expect(clock.now.offset == .zero)
     }
 
-    @Test("the timeout ends a wait with no change; close() ends every wait, now and later")
+    @Test("the timeout ends a wait with no change, not before; close() ends every wait, now and later")
     func timeoutAndClose() async throws {
-        let notifier = ChangeNotifier()
-        let quiet = await timed { await notifier.wait(for: "a.default", since: notifier.version(of: "a.default"), timeout: .milliseconds(200)) }
-        #expect(quiet >= .milliseconds(200) && quiet < woken)
-        let waiter = Task { await timed { await notifier.wait(for: "a.default", since: notifier.version(of: "a.default"), timeout: long) } }
-        try await Task.sleep(for: .milliseconds(100))
+        let clock = ManualClock()
+        let notifier = ChangeNotifier(clock: clock)
+        let quiet = Waiter { await notifier.wait(for: "a.default", since: notifier.version(of: "a.default"), timeout: .milliseconds(200)) }
+        try await clock.waitForSleepers(1)
+        while notifier.waiting == 0 { await Task.yield() }
+        _ = clock.advance(by: .milliseconds(199))
+        #expect(notifier.waiting == 1, "still waiting 1 ms before its timeout")
+        _ = clock.advance(by: .milliseconds(1))
+        await quiet.ended()
+        #expect(notifier.waiting == 0)
+
+        let held = Waiter { await notifier.wait(for: "a.default", since: notifier.version(of: "a.default"), timeout: timeout) }
+        try await clock.waitForSleepers(1)
+        while notifier.waiting == 0 { await Task.yield() }
         notifier.close()
-        #expect(await waiter.value < woken)
-        let later = await timed { await notifier.wait(for: "a.default", since: notifier.version(of: "a.default"), timeout: long) }
-        #expect(later < woken)
+        await held.ended()
+        await notifier.wait(for: "a.default", since: notifier.version(of: "a.default"), timeout: timeout)
+        #expect(clock.now.offset == .milliseconds(200), "close() ended both waits; the clock stood still")
+        #expect(notifier.waiting == 0)
     }
 }
