@@ -164,13 +164,13 @@ extension KeyValueFileSystem {
         }
     }
 
-    /// Refuses a local change to a key up front when the store is read-only here (EROFS);
-    /// the thread applying remote changes always may.
     /// Refuses any change through a read-only mount (EROFS), but the applier's.
     func checkMayChange(_ context: RequestContext) throws {
         if configuration.readOnly, sync?.remoteWrite(in: context) == nil { throw FileSystemError.readOnlyMount }
     }
 
+    /// Refuses a local change to a key up front when the store is read-only here (EROFS);
+    /// the thread applying remote changes always may.
     func checkWritable(_ context: RequestContext) throws {
         if let reason = store.readOnly, sync?.remoteWrite(in: context) == nil { throw StoreError.readOnly(reason) }
     }

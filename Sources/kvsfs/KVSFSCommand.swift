@@ -17,7 +17,7 @@ struct KVSFSCommand: ParsableCommand {
     /// line names a subcommand.
     static func main() {
         let arguments = Array(CommandLine.arguments.dropFirst())
-        if let first = arguments.first, !first.hasPrefix("-"), arguments.count >= 2,
+        if let first = arguments.first, !first.hasPrefix("-"), arguments.count >= 2, first != "help",
            !configuration.subcommands.contains(where: { $0._commandName == first }) {
             MountHelper.main(arguments)
             return

@@ -161,7 +161,7 @@ struct MountOptions {
                 if name == "data_dir" { dataDirectory = value }
             } else if name == "foreground", value == nil {
                 foreground = true
-            } else if Self.ignored.contains(name) || name.hasPrefix("x-") || name.hasPrefix("comment=") {
+            } else if Self.ignored.contains(name) || name.hasPrefix("x-") || name == "comment" {
                 continue
             } else {
                 throw CommandFailure("unknown mount option '\(option)'\(Self.valued[name] != nil ? ": it needs a value" : "")")

@@ -5,7 +5,7 @@ import Glibc
 ///
 /// - systemd, through the datagram socket `$NOTIFY_SOCKET` (`READY=1`, then `STOPPING=1`), as
 ///   `Type=notify` units expect; one datagram each, no libsystemd;
-/// - the `kvsfs STORE MOUNTPOINT` process that spawned it (`MountDaemon`), through the pipe
+/// - the `kvsfs STORE MOUNTPOINT` process that spawned it (`MountHelper`), through the pipe
 ///   whose descriptor `$KVSFS_READY_FD` names: `READY`, or `FAILED` and the reason, on one line.
 ///
 /// Both are best effort: a daemon whose starter went away serves on.

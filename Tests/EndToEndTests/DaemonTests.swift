@@ -22,7 +22,7 @@ struct DaemonTests {
         }
         let mountpoint = dir.subdirectory("mnt")
         let data = dir.path + "/data"
-        let options = "rw,nosuid,nodev,_netdev,defaults,x-systemd.automount,data_dir=\(data),remote=none"
+        let options = "rw,nosuid,nodev,_netdev,defaults,x-systemd.automount,comment=x-gvfs-show,data_dir=\(data),remote=none"
         let mounted = try run(kvsfsBinary, ["prefs", mountpoint, "-o", options])
         #expect(mounted.status == 0, "\(mounted)")
         // No wait: the mount answers as soon as the command has returned.
@@ -38,6 +38,13 @@ struct DaemonTests {
         #expect(try run(kvsfsBinary, ["prefs", mountpoint, "-o", "data_dir=\(data),remote=none"]).status == 0)
         defer { _ = try? run("/bin/umount", [mountpoint]) }
         #expect(try String(contentsOfFile: mountpoint + "/greeting", encoding: .utf8).contains("<string>kept</string>"))
+    }
+
+    @Test("kvsfs help SUBCOMMAND prints that subcommand's help: it is not the mount(8) form")
+    func helpIsNotAMount() throws {
+        let result = try run(kvsfsBinary, ["help", "mount"])
+        #expect(result.status == 0, "\(result)")
+        #expect(result.standardOutput.contains("USAGE: kvsfs mount"), "\(result)")
     }
 
     @Test("a bad option or mountpoint is one line and exit 1, and nothing is mounted", arguments: [
