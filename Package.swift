@@ -76,7 +76,7 @@ let package = Package(
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
         .testTarget(name: "KVServerTests", dependencies: [
-            "KVServer", "KVPostgres", "KVCloud", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log"),
+            "KVServer", "KVPostgres", "KVCloud", "KVStore", "KVSync", "KVTestSupport", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "KVWireTests", dependencies: ["KVWire", "KVStore", "KVCloud", "KVTestSupport"]),
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log")]),

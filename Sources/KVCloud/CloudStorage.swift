@@ -1,164 +1,30 @@
 import Foundation
 import KVStore
 
-/// The remote side of sync: every store's latest change per key and the order changes were
-/// accepted in, behind one merge rule and the store's quotas. The file remote and the network
-/// server both keep their data through an implementation of this protocol.
+/// A change log in storage this process opens itself and calls without waiting for anyone
+/// but the disk: in memory (`MemoryCloudStorage`, for tests) or in a SQLite file
+/// (`SQLiteCloudStorage`, the file remote, shared by every process that opens it, and the
+/// single-machine server's stores). `EmbeddedChangeLog` makes one a `ChangeLog`; see there for
+/// what each call means. The mark, when given, is checked in the same transaction as the read
+/// or the push.
 public protocol CloudStorage: Sendable {
-    /// A stable id of this remote (its account): a mount that finds another id than the one it
-    /// last synced with has changed account.
     func identity() throws(CloudError) -> String
-
-    /// Gives the remote a new id, once it was found to hold another history than a reader saw
-    /// (restored from a backup): every mount then resynchronises at its next look at the id,
-    /// not only those whose own marks found it out. Only while the id is still `seen` (the one
-    /// the finder last looked at): a restore that another mount found first was renewed for
-    /// already, and one restore needs one renewal. Returns whether it renewed.
     func renewIdentity(replacing seen: String) throws(CloudError) -> Bool
-
-    /// Offers changes to `store`. Each is accepted (recorded, or already superseded by a newer
-    /// change: pushing twice is harmless) or refused because it would break a quota.
-    func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome
-
-    /// The changes accepted after `cursor`, oldest first, at most `limit` of them; throws
-    /// `cursorAhead` when the store has not reached `cursor`.
-    func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch
-
-    /// The cursor of the store's newest accepted change (0 when it has none).
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> PushOutcome
+    func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) throws(CloudError) -> ChangeBatch
     func cursor(of store: String) throws(CloudError) -> Int64
-
-    /// The store's row for `key` as a mark (its latest change and the cursor it was accepted
-    /// at), nil when it has none: what a reader's `HistoryMark` is checked against.
-    func mark(in store: String, key: String) throws(CloudError) -> HistoryMark?
-
     func limits(of store: String) throws(CloudError) -> QuotaLimits
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError)
 }
 
-/// What became of pushed changes.
-public struct PushOutcome: Sendable, Equatable, Codable {
-    /// Changes the remote now has (or had already, or has something newer for).
-    public var accepted: [StampedChange]
-    public var refused: [Refusal]
-    /// Accepted tombstones for keys the remote never had: nothing was stored for them, and the
-    /// pusher forgets them too (`KeyValueStore.forget`), so that every replica holds the same.
-    public var notStored: [StampedChange]
-    /// The store's cursor before and after this push: when `cursorBefore` is where the pusher
-    /// had fetched up to, every change up to `cursorAfter` is its own, and need not be fetched.
-    public var cursorBefore: Int64?
-    public var cursorAfter: Int64?
-    /// The last change this push stored, at `cursorAfter`: the pusher's history mark when it
-    /// takes `cursorAfter` as its cursor. Nil when the push stored nothing.
-    public var mark: HistoryMark?
-
-    public init(accepted: [StampedChange] = [], refused: [Refusal] = [], notStored: [StampedChange] = [],
-                cursorBefore: Int64? = nil, cursorAfter: Int64? = nil, mark: HistoryMark? = nil) {
-        self.accepted = accepted
-        self.refused = refused
-        self.notStored = notStored
-        self.cursorBefore = cursorBefore
-        self.cursorAfter = cursorAfter
-        self.mark = mark
-    }
-}
-
-extension PushOutcome {
-    private enum CodingKeys: String, CodingKey {
-        case accepted, refused, notStored, cursorBefore, cursorAfter, mark
+extension CloudStorage {
+    /// A push with no history mark to check.
+    public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
+        try push(changes, to: store, mark: nil)
     }
 
-    /// `notStored` may be missing: a server older than the field stores every tombstone; and
-    /// `mark`: such a server checks no marks.
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        accepted = try container.decode([StampedChange].self, forKey: .accepted)
-        refused = try container.decode([Refusal].self, forKey: .refused)
-        notStored = try container.decodeIfPresent([StampedChange].self, forKey: .notStored) ?? []
-        cursorBefore = try container.decodeIfPresent(Int64.self, forKey: .cursorBefore)
-        cursorAfter = try container.decodeIfPresent(Int64.self, forKey: .cursorAfter)
-        mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
-    }
-}
-
-/// A change the remote refused, with what it holds for the key instead.
-public struct Refusal: Sendable, Equatable, Codable {
-    public var change: StampedChange
-    /// The remote's latest change for the key; nil when it never had the key.
-    public var current: StampedChange?
-    /// Why, in words (the quota that would break).
-    public var reason: String
-
-    public init(change: StampedChange, current: StampedChange?, reason: String) {
-        self.change = change
-        self.current = current
-        self.reason = reason
-    }
-}
-
-/// Changes accepted after a cursor.
-public struct ChangeBatch: Sendable, Equatable, Codable {
-    public var changes: [StampedChange]
-    /// The cursor to ask from next time.
-    public var cursor: Int64
-    /// Whether these are all the changes after the cursor asked for.
-    public var complete: Bool
-    /// Stored rows in this range that could not be read as changes (a row written outside the
-    /// rules by another program), each with why: the reader reports them and goes on past them.
-    public var unreadable: [String]
-    /// The last change in the batch, at its cursor: the reader's history mark from here on.
-    /// Nil when the batch has none (or its last row could not be read).
-    public var mark: HistoryMark?
-
-    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil) {
-        self.changes = changes
-        self.cursor = cursor
-        self.complete = complete
-        self.unreadable = unreadable
-        self.mark = mark
-    }
-
-    private enum CodingKeys: String, CodingKey {
-        case changes, cursor, complete, unreadable, mark
-    }
-
-    /// `unreadable` and `mark` may be missing: a server older than the field sends none.
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        changes = try container.decode([StampedChange].self, forKey: .changes)
-        cursor = try container.decode(Int64.self, forKey: .cursor)
-        complete = try container.decode(Bool.self, forKey: .complete)
-        unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
-        mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
-    }
-}
-
-public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// The storage cannot be opened or read (a missing directory, a locked or corrupt file).
-    case unavailable(String)
-    case invalidStoreName(String)
-    /// Changes were asked for after a cursor the store has not reached: the reader saw a
-    /// history this store no longer has (it was emptied, replaced or restored from a backup).
-    case cursorAhead(asked: Int64, store: Int64)
-    /// The reader's `HistoryMark` names another change than the one the store holds at its
-    /// cursor: the store's history is not the one the reader saw (restored, then written to).
-    case historyDiffers(seen: String, held: String)
-
-    /// Whether the error says the reader saw another history than the store's.
-    public var isHistoryMismatch: Bool {
-        switch self {
-        case .cursorAhead, .historyDiffers: true
-        default: false
-        }
-    }
-
-    public var description: String {
-        switch self {
-        case .unavailable(let reason): "the remote is unavailable: \(reason)"
-        case .invalidStoreName(let name): "invalid store name \(name)"
-        case .cursorAhead(let asked, let store):
-            "changes after cursor \(asked) were asked for, but the store's history ends at \(store)"
-        case .historyDiffers(let seen, let held):
-            "the reader saw \(seen), but the store holds \(held)"
-        }
+    /// The changes after `cursor`, with no history mark to check.
+    public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
+        try changes(in: store, after: cursor, mark: nil, limit: limit)
     }
 }

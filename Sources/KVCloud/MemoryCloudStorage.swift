@@ -9,6 +9,11 @@ public final class MemoryCloudStorage: CloudStorage {
         var usage = QuotaUsage(bytes: 0, keys: 0)
         var cursor: Int64 = 0
         var latest: [String: (change: StampedChange, cursor: Int64)] = [:]
+
+        func check(_ mark: HistoryMark?) throws(CloudError) {
+            guard let mark else { return }
+            try mark.check(newest: cursor, held: latest[mark.key].map { HistoryMark(key: mark.key, cursor: $0.cursor, stamp: $0.change.stamp) })
+        }
     }
 
     private let stores = Mutex<[String: StoreRows]>([:])
@@ -38,11 +43,12 @@ public final class MemoryCloudStorage: CloudStorage {
         return copy
     }
 
-    public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
-        return stores.withLock { stores in
+        return try stores.withLock { (stores) throws(CloudError) -> PushOutcome in
             var rows = stores[store] ?? StoreRows()
+            try rows.check(mark)
             var current = [String: StampedChange]()
             for key in admitted.keys { current[key] = rows.latest[key]?.change }
             let decision = CloudLedger.decide(admitted, current: current,
@@ -55,9 +61,10 @@ public final class MemoryCloudStorage: CloudStorage {
         }
     }
 
-    public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
+    public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
         return try stores.withLock { (stores) throws(CloudError) -> ChangeBatch in
+            try (stores[store] ?? StoreRows()).check(mark)
             let newest = stores[store]?.cursor ?? 0
             if cursor > newest { throw .cursorAhead(asked: cursor, store: newest) }
             let newer = (stores[store]?.latest.values ?? [:].values).filter { $0.cursor > cursor }.sorted { $0.cursor < $1.cursor }

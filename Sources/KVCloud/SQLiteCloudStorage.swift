@@ -97,25 +97,29 @@ public final class SQLiteCloudStorage: CloudStorage {
         }
     }
 
-    public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
-        return try run { try self.database.write { db in try Self.push(admitted, to: store, db) } }
+        return try run { try self.database.write { db in try Self.push(admitted, to: store, mark: mark, db) } }
     }
 
     /// The same push, suspending the caller while it waits for the writer instead of blocking
     /// its thread: for a server, whose request tasks share as few threads as there are cores.
-    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
         do {
-            return try await database.write { db in try Self.push(admitted, to: store, db) }
+            return try await database.write { db in try Self.push(admitted, to: store, mark: mark, db) }
+        } catch let error as CloudError {
+            throw error
         } catch {
             throw .unavailable(String(describing: error))
         }
     }
 
-    private static func push(_ admission: Admission, to store: String, _ db: Database) throws -> PushOutcome {
+    /// Inside the push's transaction: the mark is checked against the rows the push decides by.
+    private static func push(_ admission: Admission, to store: String, mark: HistoryMark?, _ db: Database) throws -> PushOutcome {
+        try check(mark, in: store, db)
         let table = try Table(db: db, store: store)
         let (current, unreadable) = try table.current(admission.keys)
         let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
@@ -123,18 +127,26 @@ public final class SQLiteCloudStorage: CloudStorage {
         return decision.outcome
     }
 
-    public func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
+    /// Throws a history mismatch unless `store`'s rows fit `mark`.
+    private static func check(_ mark: HistoryMark?, in store: String, _ db: Database) throws {
+        guard let mark else { return }
+        try mark.check(newest: try cursor(of: store, db), held: try self.mark(in: store, key: mark.key, db))
+    }
+
+    public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
         return try run {
-            // One statement reads a consistent snapshot by itself: no transaction around it.
-            try self.database.unsafeRead { db in
+            // One statement reads a consistent snapshot by itself; with a mark to check first,
+            // the check and the read share one.
+            let read = { (db: Database) throws -> ChangeBatch in
+                try Self.check(mark, in: store, db)
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
                     SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
                     """), arguments: [store, cursor, limit + 1])
                 if rows.isEmpty {
                     // Past the store's newest change: asked by a reader that saw another history.
-                    let newest = try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
+                    let newest = try Self.cursor(of: store, db)
                     if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
                 }
                 var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit)
@@ -152,35 +164,38 @@ public final class SQLiteCloudStorage: CloudStorage {
                 }
                 return batch
             }
+            return try mark == nil ? self.database.unsafeRead(read) : self.database.read(read)
         }
     }
 
     public func cursor(of store: String) throws(CloudError) -> Int64 {
         try StoreName.check(store)
-        return try run {
-            try self.database.unsafeRead { db in
-                try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
-            }
-        }
+        return try run { try self.database.unsafeRead { db in try Self.cursor(of: store, db) } }
     }
 
+    private static func cursor(of store: String, _ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT cursor FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
+    }
+
+    /// The store's row for `key` as a mark (its latest change and the cursor it was accepted
+    /// at), nil when it has none: what a reader's `HistoryMark` is checked against.
     public func mark(in store: String, key: String) throws(CloudError) -> HistoryMark? {
         try StoreName.check(store)
-        return try run {
-            try self.database.unsafeRead { db in
-                // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
-                let row = try Row.fetchOne(db.cachedStatement(sql: """
-                    SELECT time, counter, CAST(device AS BLOB) AS device, cursor FROM cloudChange
-                    WHERE store = ? AND key = CAST(? AS TEXT)
-                    """), arguments: [store, Data(key.utf8)])
-                guard let row else { return nil }
-                let device: Data = try row.decode(forColumn: "device")
-                // A device id that is not UTF-8 still names another change than any mark does.
-                let stamp = ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"),
-                                        device: String(decoding: device, as: UTF8.self))
-                return HistoryMark(key: key, cursor: try row.decode(forColumn: "cursor"), stamp: stamp)
-            }
-        }
+        return try run { try self.database.unsafeRead { db in try Self.mark(in: store, key: key, db) } }
+    }
+
+    private static func mark(in store: String, key: String, _ db: Database) throws -> HistoryMark? {
+        // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
+        let row = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT time, counter, CAST(device AS BLOB) AS device, cursor FROM cloudChange
+            WHERE store = ? AND key = CAST(? AS TEXT)
+            """), arguments: [store, Data(key.utf8)])
+        guard let row else { return nil }
+        let device: Data = try row.decode(forColumn: "device")
+        // A device id that is not UTF-8 still names another change than any mark does.
+        let stamp = ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"),
+                                device: String(decoding: device, as: UTF8.self))
+        return HistoryMark(key: key, cursor: try row.decode(forColumn: "cursor"), stamp: stamp)
     }
 
     public func limits(of store: String) throws(CloudError) -> QuotaLimits {

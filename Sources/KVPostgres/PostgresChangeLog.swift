@@ -9,10 +9,12 @@ import PostgresNIO
 // of changes, cursors and marks.
 
 extension PostgresServerStorage {
-    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
-        let keys = Array(admitted.keys.filter { !$0.utf8.contains(0) })  // text cannot hold NUL: refused below
+        // Text cannot hold NUL: such keys are refused below, and no row can be a mark's.
+        var keys = Array(admitted.keys.filter { !$0.utf8.contains(0) })
+        if let mark, !mark.key.utf8.contains(0), !admitted.keys.contains(mark.key) { keys.append(mark.key) }
         return try await run {
             try await client.withTransaction(logger: logger) { db in
                 // Round trips are what a push costs here (each one resumes the task between
@@ -28,7 +30,10 @@ extension PostgresServerStorage {
                         """, logger: logger)
                     locked = try await Self.lockState(of: store, keys: keys, db, logger)
                 }
-                guard let (state, current) = locked else { throw CloudError.unavailable("store \(store) vanished during a push") }
+                guard let (state, rows) = locked else { throw CloudError.unavailable("store \(store) vanished during a push") }
+                // Under the store's lock, against the rows the push decides by.
+                if let mark { try mark.check(newest: state.cursor, held: rows[mark.key].map(\.mark)) }
+                let current = rows.filter { admitted.keys.contains($0.key) }.mapValues(\.change)
                 let decision = CloudLedger.decide(admitted, current: current, state: state, storesNUL: false)
                 guard !decision.writes.isEmpty else { return decision.outcome }
                 for (change, cursor) in decision.writes {
@@ -52,8 +57,11 @@ extension PostgresServerStorage {
         }
     }
 
-    public func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch {
+    /// The mark is checked before the read, in a statement of its own: a history that fits
+    /// it then still fits it for the read (a key's row only moves forward in one history).
+    public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
+        if let mark { try mark.check(newest: try await self.cursor(of: store), held: try await self.mark(in: store, key: mark.key)) }
         return try await run {
             let rows = try await client.query("""
                 SELECT key, value, type, time, counter, device, cursor FROM kvsfs_change
@@ -80,7 +88,8 @@ extension PostgresServerStorage {
         }
     }
 
-    public func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark? {
+    /// The store's row for `key` as a mark, nil when it has none.
+    func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark? {
         try StoreName.check(store)
         // PostgreSQL's text holds no NUL: no row can have such a key.
         guard !key.utf8.contains(0) else { return nil }
@@ -111,25 +120,33 @@ extension PostgresServerStorage {
                       stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
     }
 
-    /// Locks `store`'s row and reads its state with the latest changes of `keys`; nil when
-    /// the store has no row yet.
+    /// A key's row: its latest change and the cursor it was accepted at.
+    private struct KeyRow {
+        var change: StampedChange
+        var cursor: Int64
+        var mark: HistoryMark { HistoryMark(key: change.key, cursor: cursor, stamp: change.stamp) }
+    }
+
+    /// Locks `store`'s row and reads its state with the rows of `keys`; nil when the store has
+    /// no row yet.
     private static func lockState(of store: String, keys: [String], _ db: PostgresConnection, _ logger: Logger) async throws
-        -> (CloudStoreState, [String: StampedChange])? {
+        -> (CloudStoreState, [String: KeyRow])? {
         let rows = try await db.query("""
             SELECT s.cursor, s.bytes, s.keys, s.total_bytes, s.value_bytes, s.max_keys, s.key_name_bytes,
-                   c.key, c.value, c.type, c.time, c.counter, c.device
+                   c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor
             FROM kvsfs_store s LEFT JOIN kvsfs_change c ON c.store = s.id AND c.key = ANY(\(keys))
             WHERE s.id = \(store) FOR UPDATE OF s
             """, logger: logger)
         var state: CloudStoreState?
-        var current = [String: StampedChange]()
-        for try await row in rows.decode((Int64, Int, Int, Int, Int, Int, Int, String?, Data?, String?, Int64?, Int32?, String?).self) {
-            let (cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, key, value, type, time, counter, device) = row
+        var current = [String: KeyRow]()
+        for try await row in rows.decode((Int64, Int, Int, Int, Int, Int, Int, String?, Data?, String?, Int64?, Int32?, String?, Int64?).self) {
+            let (cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, key, value, type, time, counter, device, keyCursor) = row
             state = CloudStoreState(limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                                     usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
-            if let key, let time, let counter, let device {
-                current[key] = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
-                                             stamp: ChangeStamp(time: time, counter: counter, device: device))
+            if let key, let time, let counter, let device, let keyCursor {
+                current[key] = KeyRow(change: StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
+                                                            stamp: ChangeStamp(time: time, counter: counter, device: device)),
+                                      cursor: keyCursor)
             }
         }
         return state.map { ($0, current) }

@@ -79,6 +79,35 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
     }
 
+    public var description: String { location.description }
+
+    public func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
+        try await run {
+            let rows = try await client.query("""
+                UPDATE kvsfs_setting SET value = \(UUID().uuidString.lowercased()) WHERE name = 'identity' AND value = \(seen)
+                RETURNING name
+                """, logger: logger)
+            for try await _ in rows.decode(String.self) { return true }
+            return false
+        }
+    }
+
+    /// Looks at the store's cursor every 10 ms: a server waits through its `ChangeNotifier`
+    /// instead, which `followChanges` keeps told of other instances' pushes.
+    public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
+                               timeout: Duration) async throws(CloudError) -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while try await self.cursor(of: store) <= cursor {
+            guard ContinuousClock.now < deadline else { return false }
+            do {
+                try await Task.sleep(for: .milliseconds(10))
+            } catch {
+                return false
+            }
+        }
+        return true
+    }
+
     public func generation(of account: String) async throws(CloudError) -> String? {
         try await run {
             let rows = try await client.query("SELECT value FROM kvsfs_setting WHERE name = \("generation:" + account)", logger: logger)
@@ -103,6 +132,9 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
             return try await body()
         } catch let error as CloudError {
             throw error
+        } catch let error as PostgresTransactionError where error.closureError is CloudError {
+            // A refusal decided inside the transaction (which rolled it back).
+            throw error.closureError as! CloudError
         } catch {
             throw .unavailable("\(location): \(Self.describe(error))")
         }

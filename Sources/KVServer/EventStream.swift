@@ -31,7 +31,7 @@ extension SyncServer {
                 cursor = upTo
                 continue
             }
-            let batch = try await run { try await storage.changes(in: store, after: cursor, limit: 4096) }
+            let batch = try await run { try await storage.changes(in: store, after: cursor, mark: nil, limit: 4096) }
             if !batch.changes.isEmpty {
                 let event = ByteBuffer(bytes: try ChangeEvent.encode(batch))
                 recentEvents.keep(event, of: store, after: cursor, upTo: batch.cursor)

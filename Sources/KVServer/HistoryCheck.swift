@@ -11,17 +11,16 @@ extension SyncServer {
     /// clients send.
     static let identityRenewalInterval = Duration.seconds(600)
 
-    /// 409 unless the store's history is the one a reader saw: it reaches `after`, and its row
-    /// for the mark's key fits the mark. Then the account's other mounts must resynchronise too
-    /// (their own marks may not show it): the server renews the account's generation, part of
-    /// the identity they look at. Only for a token that may write the store (a reader cannot
-    /// make others work), and at most once per `identityRenewalInterval` per account.
-    func checkHistory(of store: String, after: Int64, mark: HistoryMark?, scope: TokenScope) async throws {
+    /// Runs a request of the storage's that checks a reader's history (its `after` and its
+    /// mark). When the store's history is not the one the reader saw, the answer is 409, and
+    /// the account's other mounts must resynchronise too (their own marks may not show it):
+    /// the server renews the account's generation, part of the identity they look at. Only for
+    /// a token that may write the store (a reader cannot make others work), and at most once
+    /// per `identityRenewalInterval` per account.
+    func checkingHistory<T>(of store: String, scope: TokenScope, _ body: () async throws(CloudError) -> T) async throws -> T {
         do {
-            let newest = try await storage.cursor(of: store)
-            if after > newest { throw CloudError.cursorAhead(asked: after, store: newest) }
-            if let mark { try mark.check(newest: newest, held: try await storage.mark(in: store, key: mark.key)) }
-        } catch let error as CloudError where error.isHistoryMismatch {
+            return try await body()
+        } catch where error.isHistoryMismatch {
             if !scope.readOnly, renewals.mayRenew(scope.account, now: .now, every: Self.identityRenewalInterval) {
                 do {
                     try await storage.renewGeneration(of: scope.account)
@@ -34,7 +33,7 @@ extension SyncServer {
             }
             throw HTTPError(.conflict, message: error.description)
         } catch {
-            try await run { throw error }
+            return try await run { throw error }
         }
     }
 }

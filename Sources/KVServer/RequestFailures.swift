@@ -21,10 +21,13 @@ extension SyncServer {
     }
 
     /// Storage failures as HTTP: a bad store name is 404, a history that is not the reader's
-    /// 409 (the client resynchronises), anything else 503 with Retry-After.
+    /// 409 (the client resynchronises), anything else 503 with Retry-After. An answer decided
+    /// already passes as it is.
     func run<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
+        } catch let answer as HTTPError {
+            throw answer
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
         } catch let error as CloudError {

@@ -4,19 +4,23 @@ import KVCloud
 import KVStore
 
 /// A server's storage in one SQLite file: stores through `SQLiteCloudStorage` (the file
-/// remote's code), accounts in tables of the same file. One server per file.
+/// remote's code, as an `EmbeddedChangeLog`), accounts in tables of the same file. One server
+/// per file.
 ///
 /// GRDB's calls block their thread: every one runs on `BlockingThreads.sqlite`, never on the
-/// caller's. (A push suspends in GRDB's own async write.)
+/// caller's. (A push suspends in GRDB's own async write instead.)
 public final class SQLiteServerStorage: ServerStorage {
     private let cloud: SQLiteCloudStorage
+    private let log: EmbeddedChangeLog<ContinuousClock>
     public let accounts: any AccountStorage
     private let threads = BlockingThreads.sqlite
 
     public init(path: String, admission: AdmissionPolicy = .standard) throws(CloudError) {
         // It holds the token hashes: 0600, even if an older kvsfs made it readable to others.
         if let failure = OwnerOnlyFile.restrict(path) { throw .unavailable(failure) }
-        cloud = try SQLiteCloudStorage(path: path, readers: 4, admission: admission)
+        let cloud = try SQLiteCloudStorage(path: path, readers: 4, admission: admission)
+        self.cloud = cloud
+        log = EmbeddedChangeLog(description: path, clock: ContinuousClock()) { cloud }
         do {
             accounts = try SQLiteAccountStorage(path: path)
         } catch {
@@ -24,8 +28,14 @@ public final class SQLiteServerStorage: ServerStorage {
         }
     }
 
+    public var description: String { log.description }
+
     public func identity() async throws(CloudError) -> String {
-        try await threads.run { [cloud] () throws(CloudError) in try cloud.identity() }
+        try await log.identity()
+    }
+
+    public func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
+        try await log.renewIdentity(replacing: seen)
     }
 
     public func generation(of account: String) async throws(CloudError) -> String? {
@@ -38,20 +48,21 @@ public final class SQLiteServerStorage: ServerStorage {
         }
     }
 
-    public func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome {
-        try await cloud.push(changes, to: store)
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+        try await cloud.push(changes, to: store, mark: mark)
     }
 
-    public func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch {
-        try await threads.run { [cloud] () throws(CloudError) in try cloud.changes(in: store, after: cursor, limit: limit) }
+    public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
+        try await log.changes(in: store, after: cursor, mark: mark, limit: limit)
     }
 
     public func cursor(of store: String) async throws(CloudError) -> Int64 {
-        try await threads.run { [cloud] () throws(CloudError) in try cloud.cursor(of: store) }
+        try await log.cursor(of: store)
     }
 
-    public func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark? {
-        try await threads.run { [cloud] () throws(CloudError) in try cloud.mark(in: store, key: key) }
+    public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
+                               timeout: Duration) async throws(CloudError) -> Bool {
+        try await log.waitForChanges(in: store, after: cursor, mark: mark, timeout: timeout)
     }
 
     /// Nobody else writes this file: every change comes through this server.

@@ -3,23 +3,17 @@ import KVCloud
 import KVStore
 
 /// Where a sync server keeps its stores and accounts: one SQLite file for a single machine,
-/// or a PostgreSQL database that several server instances share.
-public protocol ServerStorage: Sendable {
+/// or a PostgreSQL database that several server instances share. Its stores are a
+/// `ChangeLog`; a store is named `ACCOUNT.STORE` in it.
+public protocol ServerStorage: ChangeLog {
     var accounts: any AccountStorage { get }
 
-    /// The remote's stable id (see `CloudStorage.identity()`).
-    func identity() async throws(CloudError) -> String
     /// The account's generation, nil until first renewed: part of the identity the server
     /// gives the account's mounts, renewed when one of them finds the account's history is not
-    /// the one it saw (see `CloudStorage.renewIdentity(replacing:)`), so that the others
+    /// the one it saw (see `ChangeLog.renewIdentity(replacing:)`), so that the others
     /// resynchronise too, and no other account's mounts.
     func generation(of account: String) async throws(CloudError) -> String?
     func renewGeneration(of account: String) async throws(CloudError)
-    func push(_ changes: [StampedChange], to store: String) async throws(CloudError) -> PushOutcome
-    func changes(in store: String, after cursor: Int64, limit: Int) async throws(CloudError) -> ChangeBatch
-    func cursor(of store: String) async throws(CloudError) -> Int64
-    /// The row for `key` as a mark (see `CloudStorage.mark(in:key:)`).
-    func mark(in store: String, key: String) async throws(CloudError) -> HistoryMark?
 
     /// Calls `changed` with the name of each store that gains changes through another server
     /// sharing this storage, until the task is cancelled. `resync` is called when some may

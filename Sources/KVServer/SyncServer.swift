@@ -118,8 +118,9 @@ public struct SyncServer: Sendable {
         let body = try await request.body.collect(upTo: WireLimits.maximumPushBytes)
         let push = try wire { () throws(WireError) in try decodePush(Array(body.readableBytesView)) }
         // Nothing goes into a history that is not the pusher's: it resynchronises first.
-        if let mark { try await checkHistory(of: stored, after: 0, mark: mark, scope: context.bearer.scope) }
-        let outcome = try await run { try await storage.push(push.changes, to: stored) }
+        let outcome = try await checkingHistory(of: stored, scope: context.bearer.scope) { () throws(CloudError) in
+            try await storage.push(push.changes, to: stored, mark: mark)
+        }
         if !outcome.accepted.isEmpty { notifier.notify(stored) }
         metrics.pushes.increment()
         metrics.accepted.increment(by: Int64(outcome.accepted.count))
@@ -136,9 +137,10 @@ public struct SyncServer: Sendable {
         let stored = context.store.name
         let query = WireQuery(request.uri.query)
         let (after, mark, limit) = try wire { () throws(WireError) in (try query.after(), try query.mark(), try query.limit()) }
-        try await checkHistory(of: stored, after: after, mark: mark, scope: context.bearer.scope)
         let batch = try await longPoll(stored, query, until: { !$0.changes.isEmpty }) {
-            try await storage.changes(in: stored, after: after, limit: limit)
+            try await checkingHistory(of: stored, scope: context.bearer.scope) { () throws(CloudError) in
+                try await storage.changes(in: stored, after: after, mark: mark, limit: limit)
+            }
         }
         return try json(batch as ChangesResponse)
     }
@@ -149,7 +151,9 @@ public struct SyncServer: Sendable {
         let query = WireQuery(request.uri.query)
         let (after, mark) = try wire { () throws(WireError) in (try query.after(), try query.mark()) }
         // A stream from another history is refused before it starts, as a fetch is.
-        try await checkHistory(of: stored, after: after, mark: mark, scope: bearer.scope)
+        _ = try await checkingHistory(of: stored, scope: bearer.scope) { () throws(CloudError) in
+            try await storage.changes(in: stored, after: after, mark: mark, limit: 1)
+        }
         return Response(
             status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
             body: ResponseBody { writer in

@@ -31,7 +31,7 @@ final class ChangeStream: Sendable {
         let shared = Shared(State(position: cursor))
         self.shared = shared
         reader = Task {
-            var failure: any Error = RemoteError.unreachable("\(base): the event stream ended")
+            var failure: any Error = CloudError.unavailable("\(base): the event stream ended")
             do {
                 var pending = ByteBuffer()
                 for try await chunk in response.body {
@@ -43,8 +43,8 @@ final class ChangeStream: Sendable {
                     }
                 }
             } catch {
-                failure = error is DecodingError ? RemoteError.unreachable("\(base): an event that is not the protocol's: \(error)")
-                                                 : RemoteError.unreachable("\(base): \(error)")
+                failure = error is DecodingError ? CloudError.unavailable("\(base): an event that is not the protocol's: \(error)")
+                                                 : CloudError.unavailable("\(base): \(error)")
             }
             let waiter = shared.state.withLock { state in
                 state.finished = true
@@ -72,7 +72,7 @@ final class ChangeStream: Sendable {
                     if !batch.changes.isEmpty { state.position = batch.cursor }
                     return .success(batch)
                 }
-                if state.finished { return .failure(state.failure ?? RemoteError.unreachable("the event stream ended")) }
+                if state.finished { return .failure(state.failure ?? CloudError.unavailable("the event stream ended")) }
                 return nil
             }
             if let taken { return try taken.get() }

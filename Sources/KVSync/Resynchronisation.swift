@@ -40,7 +40,7 @@ extension SyncEngine {
         try store.markPending(lost.map(\.key))
         let changed = try await apply(Array(remoteChanges.values), mode: .merge)
         // The remote's identity as it is now: a remote that renewed it on finding another
-        // history (see `CloudStorage.renewIdentity()`) need not send this mount round again.
+        // history (see `ChangeLog.renewIdentity(replacing:)`) need not send this mount round again.
         let current = if let identity { identity } else { try await remote.identity() }
         try store.setSetting(Self.remoteSetting, to: current)
         try record(position)

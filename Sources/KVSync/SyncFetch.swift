@@ -15,9 +15,9 @@ extension SyncEngine {
             let batch: ChangeBatch
             do {
                 batch = try await remote.fetch(after: position.cursor, mark: position.mark)
-            } catch RemoteError.historyMismatch(let reason) {
+            } catch let error as CloudError where error.isHistoryMismatch {
                 // Found after this round's push: push what the remote lost now.
-                try await resynchronise(identity: nil, because: reason)
+                try await resynchronise(identity: nil, because: error.description)
                 try await push()
                 return
             }

@@ -19,6 +19,13 @@ extension SyncEngine {
         wake.signal()
     }
 
+    /// Stops, and returns once a round in flight has ended: nothing this engine started
+    /// touches the store or the remote after.
+    public func stopAndWait() async {
+        stop()
+        for task in tasks.withLock({ $0 }) { await task.value }
+    }
+
     /// Starts a round now without waiting for it.
     public func requestSync() {
         wake.signal()
@@ -35,7 +42,7 @@ extension SyncEngine {
                 try await round()
                 backoff.reset()
             } catch {
-                let delay = (error as? RemoteError)?.retryAfter ?? nextWait(of: &backoff)
+                let delay = (error as? CloudError)?.retryAfter ?? nextWait(of: &backoff)
                 do { try await clock.sleep(for: delay) } catch { return }
                 continue
             }
@@ -75,7 +82,7 @@ extension SyncEngine {
                 // The round reports what the remote answers; a watcher that cannot reach it
                 // only looks again later. Another history: the round that this starts finds
                 // it too, and resynchronises.
-                if case RemoteError.historyMismatch = error { wake.signal() }
+                if (error as? CloudError)?.isHistoryMismatch == true { wake.signal() }
                 do { try await clock.sleep(for: nextWait(of: &backoff)) } catch { return }
             }
         }

@@ -27,9 +27,9 @@ extension SyncEngine {
         let outcome: PushOutcome
         do {
             outcome = try await send(pending)
-        } catch RemoteError.historyMismatch(let reason) {
+        } catch let error as CloudError where error.isHistoryMismatch {
             // Found before anything was pushed into the other history: take it in first.
-            try await resynchronise(identity: nil, because: reason)
+            try await resynchronise(identity: nil, because: error.description)
             outcome = try await send(store.pendingChanges())
         }
         guard !outcome.refused.isEmpty else { return }

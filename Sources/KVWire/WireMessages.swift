@@ -2,7 +2,7 @@ import Foundation
 import KVCloud
 import KVStore
 
-// What `kvsfs serve` and its clients (HTTPRemote, kvsfs-load) say to each other: the paths
+// What `kvsfs serve` and its clients (HTTPChangeLog, kvsfs-load) say to each other: the paths
 // and the JSON bodies. (The server's reading of requests is in PushDecoding.swift and
 // RequestReading.swift.) No NIO in this module: the fuzzer and the client link it as they are.
 
@@ -57,7 +57,7 @@ public struct WhoAmI: Codable, Sendable, Equatable {
     }
 }
 
-/// `GET .../identity`: the account's remote id (see `CloudStorage.identity()`).
+/// `GET .../identity`: the account's remote id (see `ChangeLog.identity()`).
 public struct IdentityResponse: Codable, Sendable, Equatable {
     public var identity: String
 

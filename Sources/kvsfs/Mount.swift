@@ -131,12 +131,13 @@ struct Mount: ParsableCommand {
         if url == "none" { return nil }
         if let path = RemoteLocation.filePath(url) {
             // The file remote belongs to the same user: --quota-* set its limits too.
-            return CloudRemote.file(path: path, store: store.storeID, limits: limits)
+            return ChangeLogRemote(EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits), store: store.storeID)
         }
-        guard let tlsCA else { return HTTPRemote(url: url, store: store.storeID, token: try token()) }
+        guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: try token()), store: store.storeID) }
         do {
-            return HTTPRemote(url: url, store: store.storeID, token: try token(), client: try HTTPRemote.client(trusting: tlsCA))
-        } catch let error as RemoteError {
+            let client = try HTTPChangeLog.client(trusting: tlsCA)
+            return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), client: client), store: store.storeID)
+        } catch let error as CloudError {
             throw CommandFailure(error.description)
         }
     }

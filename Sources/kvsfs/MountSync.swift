@@ -92,9 +92,9 @@ final class MountSync: MountSynchronizer {
             try waits.run(work)
         } catch let error as SyncFailure {
             throw error
-        } catch let error as RemoteError where error.retryAfter != nil {
+        } catch let error as CloudError where error.retryAfter != nil {
             throw SyncFailure.busy(error.description)
-        } catch RemoteError.authorizationRefused(let reason) {
+        } catch CloudError.notAuthorized(let reason) {
             throw SyncFailure.authorizationRefused(reason)
         } catch {
             throw SyncFailure.unreachable(String(describing: error))

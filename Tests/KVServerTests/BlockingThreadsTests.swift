@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-@testable import KVServer
+import KVCloud
 import Testing
 
 /// The threads the SQLite storage blocks instead of Swift's cooperative ones.

@@ -91,12 +91,12 @@ public final class FaultyRemote: Remote {
         }
     }
 
-    private func draw(for call: String) throws(RemoteError) -> Fault {
-        try state.withLock { (state: inout State) throws(RemoteError) -> Fault in
+    private func draw(for call: String) throws(CloudError) -> Fault {
+        try state.withLock { (state: inout State) throws(CloudError) -> Fault in
             state.tally.calls += 1
             if state.partitioned {
                 state.tally.partitioned += 1
-                throw .unreachable("partitioned (test)")
+                throw .unavailable("partitioned (test)")
             }
             guard !state.healed, state.generator.next() % 100 < faultPercent else { return .none }
             let milliseconds = Int(state.generator.next() % 20) + 1
@@ -132,15 +132,15 @@ public final class FaultyRemote: Remote {
     private func faulty<T>(_ name: String, _ call: () async throws -> T) async throws -> T {
         switch try draw(for: name) {
         case .lostRequest:
-            throw RemoteError.unreachable("the request was lost (test)")
+            throw CloudError.unavailable("the request was lost (test)")
         case .lostAnswer:
             _ = try await call()
-            throw RemoteError.unreachable("the answer was lost (test)")
+            throw CloudError.unavailable("the answer was lost (test)")
         case .delay(let delay):
             try await Task.sleep(for: delay)
             return try await call()
         case .busy(let after):
-            throw RemoteError.retryLater(after: after, "busy (test)")
+            throw CloudError.busy(retryAfter: after, "busy (test)")
         case .duplicate:
             _ = try await call()
             return try await call()
@@ -161,9 +161,9 @@ public final class FaultyRemote: Remote {
         let fault = try draw(for: "fetch")
         switch fault {
         case .lostRequest:
-            throw RemoteError.unreachable("the request was lost (test)")
+            throw CloudError.unavailable("the request was lost (test)")
         case .busy(let after):
-            throw RemoteError.retryLater(after: after, "busy (test)")
+            throw CloudError.busy(retryAfter: after, "busy (test)")
         case .delay(let delay):
             try await Task.sleep(for: delay)
         case .stale:
@@ -177,7 +177,7 @@ public final class FaultyRemote: Remote {
             state.served.append(batch)
             if state.served.count > 8 { state.served.removeFirst() }
         }
-        if case .lostAnswer = fault { throw RemoteError.unreachable("the answer was lost (test)") }
+        if case .lostAnswer = fault { throw CloudError.unavailable("the answer was lost (test)") }
         if case .shuffle = fault {
             state.withLock { state in
                 let repeats = batch.changes.filter { _ in state.generator.next() % 3 == 0 }

@@ -38,11 +38,11 @@ public final class InterruptibleRemote: Remote {
     private func check(_ call: String) throws {
         let busy: Duration? = try state.withLock { state in
             state.calls.append((call, .now))
-            guard state.online else { throw RemoteError.unreachable("offline (test)") }
+            guard state.online else { throw CloudError.unavailable("offline (test)") }
             if call == "push", !state.busyAnswers.isEmpty { return state.busyAnswers.removeFirst() }
             return nil
         }
-        if let busy { throw RemoteError.retryLater(after: busy, "busy (test)") }
+        if let busy { throw CloudError.busy(retryAfter: busy, "busy (test)") }
     }
 
     public func identity() async throws -> String {
@@ -76,8 +76,8 @@ public final class InterruptibleRemote: Remote {
 }
 
 /// A remote over in-memory cloud storage.
-public func memoryRemote(_ storage: MemoryCloudStorage, store: String = "default") -> CloudRemote<ContinuousClock> {
-    CloudRemote(description: "memory", store: store, clock: ContinuousClock()) { storage }
+public func memoryRemote(_ storage: MemoryCloudStorage, store: String = "default") -> ChangeLogRemote {
+    ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: store)
 }
 
 /// Collects sync events.

@@ -38,7 +38,7 @@ struct FaultScheduleTests {
             let store = try KeyValueStore(path: dir.subdirectory("r\(index)") + "/store.sqlite") {
                 Date().addingTimeInterval(skews[index])
             }
-            let link = FaultyRemote(CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { storage },
+            let link = FaultyRemote(ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default"),
                                     seed: seed &+ UInt64(index))
             let engine = SyncEngine(store: store, remote: link, applier: StoreApplier(store: store))
             return (store: store, link: link, engine: engine)

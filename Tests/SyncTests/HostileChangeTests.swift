@@ -277,7 +277,7 @@ struct UnreadableRowTests {
             }
             let store = try makeStore(in: dir)
             let events = EventRecorder()
-            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock()) { cloud }
+            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }, store: "default")
             let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
             try await engine.synchronize()
             #expect(store.keys() == ["after", "good"])

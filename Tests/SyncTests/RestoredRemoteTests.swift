@@ -14,9 +14,9 @@ struct RestoredRemoteTests {
     /// A storage that can be put back to a backup, a remote on it for each device, device `a`,
     /// and the backup taken once `a` has pushed `early`.
     private func backedUp(in dir: TemporaryDirectory) async throws
-        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: CloudRemote<ContinuousClock>) {
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote) {
         let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
-        let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { storage }
+        let remote = ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default")
         let a = try Device("a", in: dir, remote: remote)
         try a.store.put(.string("before"), forKey: "early")
         try await a.engine.synchronize()
@@ -25,7 +25,7 @@ struct RestoredRemoteTests {
 
     /// The same, then `a` pushes five more keys.
     private func restoredAfterLatePushes(in dir: TemporaryDirectory) async throws
-        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: CloudRemote<ContinuousClock>) {
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote) {
         let (storage, backup, a, remote) = try await backedUp(in: dir)
         for index in 0..<5 { try a.store.put(.integer(index), forKey: "late\(index)") }
         try await a.engine.synchronize()
@@ -36,7 +36,7 @@ struct RestoredRemoteTests {
     func foundOutPastTheCursor() async throws {
         try await withTemporaryDirectory { dir in
             let (storage, backup, a, remote) = try await restoredAfterLatePushes(in: dir)
-            a.engine.stop()
+            await a.engine.stopAndWait()
             storage.restore(backup.snapshot())
             // Another mount writes ten keys into the restored history: its cursor passes a's (6).
             let b = try Device("b", in: dir, remote: remote)
@@ -62,10 +62,10 @@ struct RestoredRemoteTests {
             let d = try Device("d", in: dir, remote: remote)
             try await d.engine.synchronize()
             #expect(d.text("shared") == "from a")
-            d.engine.stop()
+            await d.engine.stopAndWait()
             try a.store.put(.string("last"), forKey: "a-last")
             try await a.engine.synchronize()
-            a.engine.stop()
+            await a.engine.stopAndWait()
             storage.restore(backup.snapshot())
             // b writes past d's cursor (7) and, last, "shared" again: d's mark still fits (a later
             // change of its key at a later cursor), so d alone cannot tell.
@@ -74,7 +74,7 @@ struct RestoredRemoteTests {
             try await b.engine.synchronize()
             try b.store.put(.string("from b"), forKey: "shared")
             try await b.engine.synchronize()
-            b.engine.stop()
+            await b.engine.stopAndWait()
 
             try await a.engine.synchronize()  // a's mark ("a-last" at 8) does not fit: it resynchronises
             #expect(try storage.identity() != "same", "the identity was renewed")
@@ -89,7 +89,7 @@ struct RestoredRemoteTests {
     func replaceIsExplicit() async throws {
         try await withTemporaryDirectory { dir in
             let (storage, backup, a, remote) = try await restoredAfterLatePushes(in: dir)
-            a.engine.stop()
+            await a.engine.stopAndWait()
             storage.restore(backup.snapshot())
             let offline = InterruptibleRemote(remote)
             let b = try Device("b", in: dir, remote: offline)
@@ -97,6 +97,8 @@ struct RestoredRemoteTests {
             offline.setOnline(false)
             try b.store.put(.string("pending"), forKey: "unsent")
             try b.store.put(.string("changed"), forKey: "early")
+            // b's writes stay pending: its background rounds would push them once it is online.
+            await b.engine.stopAndWait()
             offline.setOnline(true)
             try await a.engine.replaceWithRemote()
             #expect(a.store.keys() == ["early"], "a holds what the restored remote holds")
@@ -123,8 +125,8 @@ struct RestoredRemoteTests {
             let b = try Device("b", in: dir, remote: remote)
             try await b.engine.synchronize()
             #expect(b.text("gone") == "kept by b")
-            a.engine.stop()
-            b.engine.stop()
+            await a.engine.stopAndWait()
+            await b.engine.stopAndWait()
 
             storage.restore(backup.snapshot())
             try await a.engine.replaceWithRemote()
@@ -153,9 +155,15 @@ struct RestoredRemoteTests {
             let d = try Device("d", in: dir, remote: remote)
             try await d.engine.synchronize()
             #expect(d.text("late") == "late")
+            // a never fetches d-own: the restored remote it pushes back to lacks it, and d's mark
+            // cannot fit (were d-own pushed back to the same cursor, it would, and rightly so).
+            await a.engine.stopAndWait()
             try d.store.put(.string("d"), forKey: "d-own")
             try await d.engine.synchronize()  // d's mark: "d-own" at cursor 3; its identity check is now fresh
-            a.engine.stop()
+            // The write also woke d's loop: its round must not come after the restore, or d, not
+            // a, would find it out first.
+            let synced = d.engine.status.lastSync
+            _ = await waitUntil(within: 2) { d.engine.status.lastSync != synced }
 
             storage.restore(backup.snapshot())
             try await a.engine.synchronize()  // a finds it out (its mark does not fit), renews, resynchronises
@@ -187,7 +195,7 @@ struct RestoredRemoteTests {
             let outcome = try await storage.push([change], to: "default")
             let mark = try #require(outcome.mark)
             #expect(try storage.mark(in: "default", key: "a\u{0}b") == mark)
-            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock()) { storage }
+            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { storage }, store: "default")
             _ = try await remote.fetch(after: 1, mark: mark)
         }
     }

@@ -71,7 +71,7 @@ struct SyncEngineTests {
             link.setOnline(false)
             try one.store.put(.string("written offline"), forKey: "k")
             try two.store.put(.string("from two"), forKey: "other")
-            await #expect(throws: RemoteError.self) { try await one.engine.synchronize() }
+            await #expect(throws: CloudError.self) { try await one.engine.synchronize() }
             #expect(one.store.syncState(forKey: "k") == .pending)
             #expect(one.engine.status.lastError?.contains("cannot be reached") == true)
 
@@ -148,7 +148,7 @@ struct SyncEngineTests {
             let backup = MemoryCloudStorage(identity: "same")
             let live = MemoryCloudStorage(identity: "same")
             let current = RestorableStorage(live)
-            let remote = CloudRemote(description: "memory", store: "default", clock: ContinuousClock()) { current }
+            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { current }, store: "default")
             let a = try Device("a", in: dir, remote: remote)
             try a.store.put(.string("before"), forKey: "early")
             try await a.engine.synchronize()
@@ -168,14 +168,15 @@ struct SyncEngineTests {
     /// Runs `body` with a file remote at `path` that looks at its cursor again only after a
     /// minute (only the bell can end a wait in time), and the cursor it starts from.
     private func withBellOnlyFileRemote(
-        _ body: (_ path: String, _ remote: CloudRemote<ContinuousClock>, _ cursor: Int64) async throws -> Void
+        _ body: (_ path: String, _ remote: ChangeLogRemote, _ cursor: Int64) async throws -> Void
     ) async throws {
         try await withTemporaryDirectory { dir in
             let path = dir.path + "/cloud.sqlite"
-            let remote = CloudRemote(description: "file", store: "default", clock: ContinuousClock(), pollInterval: .seconds(60),
-                                     watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
+            let log = EmbeddedChangeLog(description: "file", clock: ContinuousClock(), pollInterval: .seconds(60),
+                                        watchedFiles: [path + "-wal", path], watchedFallback: .seconds(60)) { () throws(CloudError) in
                 try SQLiteCloudStorage(path: path)
             }
+            let remote = ChangeLogRemote(log, store: "default")
             try await body(path, remote, try await remote.fetch(after: 0).cursor)
         }
     }
@@ -227,12 +228,13 @@ final class RestorableStorage: CloudStorage {
     private var storage: MemoryCloudStorage { current.withLock { $0 } }
     func identity() throws(CloudError) -> String { try storage.identity() }
     func renewIdentity(replacing seen: String) throws(CloudError) -> Bool { try storage.renewIdentity(replacing: seen) }
-    func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome { try storage.push(changes, to: store) }
-    func changes(in store: String, after cursor: Int64, limit: Int) throws(CloudError) -> ChangeBatch {
-        try storage.changes(in: store, after: cursor, limit: limit)
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> PushOutcome {
+        try storage.push(changes, to: store, mark: mark)
+    }
+    func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) throws(CloudError) -> ChangeBatch {
+        try storage.changes(in: store, after: cursor, mark: mark, limit: limit)
     }
     func cursor(of store: String) throws(CloudError) -> Int64 { try storage.cursor(of: store) }
-    func mark(in store: String, key: String) throws(CloudError) -> HistoryMark? { try storage.mark(in: store, key: key) }
     func limits(of store: String) throws(CloudError) -> QuotaLimits { try storage.limits(of: store) }
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) { try storage.setLimits(limits, of: store) }
 }

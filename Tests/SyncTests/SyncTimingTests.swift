@@ -134,7 +134,7 @@ private final class Rig {
 
     init(in dir: TemporaryDirectory, debounce: Duration = .milliseconds(2), seed: UInt64 = 1) throws {
         let cloud = MemoryCloudStorage()
-        link = InterruptibleRemote(CloudRemote(description: "memory", store: "default", clock: ManualClock()) { cloud })
+        link = InterruptibleRemote(ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ManualClock()) { cloud }, store: "default"))
         log = CallLog(link, clock: clock)
         arrivals = log.arrivals.makeAsyncIterator()
         store = try makeStore(in: dir)

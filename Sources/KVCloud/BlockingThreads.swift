@@ -7,12 +7,12 @@ import Synchronization
 ///
 /// Calls run in the order they come, at most `count` at once; the rest wait in the queue, not
 /// on a thread. The threads live as long as the process.
-final class BlockingThreads: Sendable {
+package final class BlockingThreads: Sendable {
     private let jobs = Mutex<[@Sendable () -> Void]>([])
     /// Signalled once per job queued.
     private let queued = DispatchSemaphore(value: 0)
 
-    init(count: Int, name: String) {
+    package init(count: Int, name: String) {
         for index in 0..<count {
             let thread = Thread { [self] in
                 while true {
@@ -27,7 +27,7 @@ final class BlockingThreads: Sendable {
 
     /// Runs `body` on one of the threads and returns what it returns, suspending the caller
     /// meanwhile; its error is thrown as it is.
-    func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
+    package func run<T: Sendable, E: Error>(_ body: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
         let result: Result<T, E> = await withCheckedContinuation { continuation in
             jobs.withLock { $0.append { continuation.resume(returning: Result { () throws(E) in try body() }) } }
             queued.signal()
@@ -35,7 +35,7 @@ final class BlockingThreads: Sendable {
         return try result.get()
     }
 
-    /// For the server's SQLite storage: as many threads as its stores have connections (four
+    /// For SQLite storages: as many threads as a server's storage has connections (four
     /// readers and the writer); more would only wait for a connection.
-    static let sqlite = BlockingThreads(count: 5, name: "kvsfs-sqlite")
+    package static let sqlite = BlockingThreads(count: 5, name: "kvsfs-sqlite")
 }

@@ -10,7 +10,7 @@ import Synchronization
 /// A bell whose file went away (deleted, or its file system unmounted) says so in `isBroken`;
 /// the owner makes a new one. A bell is made for one waiter, before it looks at what the files
 /// hold, so that a write after that look rings it.
-final class FileChangeBell: @unchecked Sendable {
+package final class FileChangeBell: @unchecked Sendable {
     // @unchecked: `source` is set once in init and only cancelled after; the rest is Sendable.
     private let signal = WakeSignal()
     private final class Flag: Sendable {
@@ -21,7 +21,7 @@ final class FileChangeBell: @unchecked Sendable {
 
     /// Nil when inotify cannot watch the first of `paths` (which must exist); paths after the
     /// first are watched when they exist.
-    init?(paths: [String]) {
+    package init?(paths: [String]) {
         let descriptor = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard descriptor >= 0 else { return nil }
         guard let first = paths.first, inotify_add_watch(descriptor, first, UInt32(IN_MODIFY)) >= 0 else {
@@ -40,12 +40,12 @@ final class FileChangeBell: @unchecked Sendable {
 
     deinit { source.cancel() }
 
-    var isBroken: Bool { broken.isSet.load(ordering: .relaxed) }
+    package var isBroken: Bool { broken.isSet.load(ordering: .relaxed) }
 
     /// Returns when a watched file was written since the bell was made or the last wait
     /// returned (true), or after `timeout` on `clock`, or once the task is cancelled (false).
     /// One waiter at a time.
-    func wait<C: Clock>(upTo timeout: Duration, on clock: C) async -> Bool where C.Duration == Duration {
+    package func wait<C: Clock>(upTo timeout: Duration, on clock: C) async -> Bool where C.Duration == Duration {
         let quiet = Flag()
         let timer = Task { [signal] in
             try? await clock.sleep(for: timeout)

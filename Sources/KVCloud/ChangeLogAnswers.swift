@@ -1,0 +1,101 @@
+import Foundation
+import KVStore
+
+// What a change log answers to a push and to a fetch: the bodies of the same answers over HTTP.
+
+/// What became of pushed changes.
+public struct PushOutcome: Sendable, Equatable, Codable {
+    /// Changes the remote now has (or had already, or has something newer for).
+    public var accepted: [StampedChange]
+    public var refused: [Refusal]
+    /// Accepted tombstones for keys the remote never had: nothing was stored for them, and the
+    /// pusher forgets them too (`KeyValueStore.forget`), so that every replica holds the same.
+    public var notStored: [StampedChange]
+    /// The store's cursor before and after this push: when `cursorBefore` is where the pusher
+    /// had fetched up to, every change up to `cursorAfter` is its own, and need not be fetched.
+    public var cursorBefore: Int64?
+    public var cursorAfter: Int64?
+    /// The last change this push stored, at `cursorAfter`: the pusher's history mark when it
+    /// takes `cursorAfter` as its cursor. Nil when the push stored nothing.
+    public var mark: HistoryMark?
+
+    public init(accepted: [StampedChange] = [], refused: [Refusal] = [], notStored: [StampedChange] = [],
+                cursorBefore: Int64? = nil, cursorAfter: Int64? = nil, mark: HistoryMark? = nil) {
+        self.accepted = accepted
+        self.refused = refused
+        self.notStored = notStored
+        self.cursorBefore = cursorBefore
+        self.cursorAfter = cursorAfter
+        self.mark = mark
+    }
+}
+
+extension PushOutcome {
+    private enum CodingKeys: String, CodingKey {
+        case accepted, refused, notStored, cursorBefore, cursorAfter, mark
+    }
+
+    /// `notStored` may be missing: a server older than the field stores every tombstone; and
+    /// `mark`: such a server checks no marks.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        accepted = try container.decode([StampedChange].self, forKey: .accepted)
+        refused = try container.decode([Refusal].self, forKey: .refused)
+        notStored = try container.decodeIfPresent([StampedChange].self, forKey: .notStored) ?? []
+        cursorBefore = try container.decodeIfPresent(Int64.self, forKey: .cursorBefore)
+        cursorAfter = try container.decodeIfPresent(Int64.self, forKey: .cursorAfter)
+        mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
+    }
+}
+
+/// A change the remote refused, with what it holds for the key instead.
+public struct Refusal: Sendable, Equatable, Codable {
+    public var change: StampedChange
+    /// The remote's latest change for the key; nil when it never had the key.
+    public var current: StampedChange?
+    /// Why, in words (the quota that would break).
+    public var reason: String
+
+    public init(change: StampedChange, current: StampedChange?, reason: String) {
+        self.change = change
+        self.current = current
+        self.reason = reason
+    }
+}
+
+/// Changes accepted after a cursor.
+public struct ChangeBatch: Sendable, Equatable, Codable {
+    public var changes: [StampedChange]
+    /// The cursor to ask from next time.
+    public var cursor: Int64
+    /// Whether these are all the changes after the cursor asked for.
+    public var complete: Bool
+    /// Stored rows in this range that could not be read as changes (a row written outside the
+    /// rules by another program), each with why: the reader reports them and goes on past them.
+    public var unreadable: [String]
+    /// The last change in the batch, at its cursor: the reader's history mark from here on.
+    /// Nil when the batch has none (or its last row could not be read).
+    public var mark: HistoryMark?
+
+    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil) {
+        self.changes = changes
+        self.cursor = cursor
+        self.complete = complete
+        self.unreadable = unreadable
+        self.mark = mark
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case changes, cursor, complete, unreadable, mark
+    }
+
+    /// `unreadable` and `mark` may be missing: a server older than the field sends none.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        changes = try container.decode([StampedChange].self, forKey: .changes)
+        cursor = try container.decode(Int64.self, forKey: .cursor)
+        complete = try container.decode(Bool.self, forKey: .complete)
+        unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
+        mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+
+/// Why a change log could not serve a request: the one error of the `ChangeLog` seam, whether
+/// the log is a database this process opens or a server it reaches over the network.
+public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The storage cannot be opened or read (a missing directory, a locked or corrupt file, a
+    /// database or server that does not answer): retry with backoff.
+    case unavailable(String)
+    /// Busy or rate-limited (a server's 429 or 503): retry after the time given, if any.
+    case busy(retryAfter: Duration?, String)
+    /// A server refused the token (401: unknown or revoked; 403: it does not reach the store,
+    /// or may only read it): retrying does not help until the token changes.
+    case notAuthorized(String)
+    /// The request itself was refused (a malformed request, an unknown store): retrying does
+    /// not help until something changes.
+    case refused(String)
+    case invalidStoreName(String)
+    /// Changes were asked for after a cursor the store has not reached: the reader saw a
+    /// history this store no longer has (it was emptied, replaced or restored from a backup).
+    case cursorAhead(asked: Int64, store: Int64)
+    /// The reader's `HistoryMark` names another change than the one the store holds at its
+    /// cursor: the store's history is not the one the reader saw (restored, then written to).
+    case historyDiffers(seen: String, held: String)
+    /// A server found one of the two above, in its words (its 409).
+    case historyMismatch(String)
+
+    /// How long a busy remote asked to be left alone, if it said.
+    public var retryAfter: Duration? {
+        if case .busy(let after, _) = self { return after }
+        return nil
+    }
+
+    /// Whether the error says the reader saw another history than the store's.
+    public var isHistoryMismatch: Bool {
+        switch self {
+        case .cursorAhead, .historyDiffers, .historyMismatch: true
+        default: false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .unavailable(let reason): "the remote cannot be reached: \(reason)"
+        case .busy(let after, let reason):
+            "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
+        case .notAuthorized(let reason): "the server refused this token: \(reason)"
+        case .refused(let reason): "the remote refused: \(reason)"
+        case .invalidStoreName(let name): "invalid store name \(name)"
+        case .cursorAhead(let asked, let store):
+            "changes after cursor \(asked) were asked for, but the store's history ends at \(store)"
+        case .historyDiffers(let seen, let held):
+            "the reader saw \(seen), but the store holds \(held)"
+        case .historyMismatch(let reason): reason
+        }
+    }
+}
