@@ -58,6 +58,7 @@ struct Mount: ParsableCommand {
     }
 
     func run() throws {
+        Readiness.takeStarterPipe()
         do {
             try mountAndServe()
         } catch {
