@@ -82,6 +82,8 @@ let package = Package(
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
+        // The kvsfs command's own parts (the daemon's start and readiness), without running the binary.
+        .testTarget(name: "KVSFSCommandTests", dependencies: ["kvsfs", "KVTestSupport"]),
     ]
 )
 

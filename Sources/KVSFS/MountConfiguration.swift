@@ -12,8 +12,10 @@ public struct MountConfiguration: Sendable {
     public var maxPendingFiles: Int
     public var uid: UInt32
     public var gid: UInt32
-    /// A read-only mount (`-o ro`): every change through it is EROFS, while remote changes
-    /// still come in through the applier.
+    /// A read-only mount (`--read-only`, `-o ro`): every change made through the mount is
+    /// EROFS. Changes coming from the remote are applied (through the applier): those a sync
+    /// fetches, and an explicit `kvsfs sync --replace-with-remote`, which takes the remote's
+    /// values, as a read-only mirror of the remote should be able to.
     public var readOnly: Bool
 
     public init(format: ValueFormat = .xml, cacheTimeout: Double = 3600, maxPendingFiles: Int = 256,

@@ -34,7 +34,7 @@ struct Mount: ParsableCommand {
     @Flag(name: .customLong("allow-other"), help: "Let other users use the mount.")
     var allowOther = false
 
-    @Flag(name: .customLong("read-only"), help: "Refuse every change through the mount (EROFS); remote changes still come in.")
+    @Flag(name: .customLong("read-only"), help: "Refuse every change made through the mount (EROFS); changes from the remote, kvsfs sync --replace-with-remote included, are applied.")
     var readOnly = false
 
     @Option(help: "The remote to sync with: file:///path/cloud.sqlite, https://host:port[/account] (http:// on loopback), or none (default: cloud.sqlite in the data directory).")
@@ -58,6 +58,7 @@ struct Mount: ParsableCommand {
     }
 
     func run() throws {
+        Readiness.takeStarterPipe()
         do {
             try mountAndServe()
         } catch {

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// Tells whoever started a daemon that it is ready, or why it could not start:
 ///
@@ -12,27 +13,31 @@ import Glibc
 enum Readiness {
     static let readyDescriptorVariable = "KVSFS_READY_FD"
 
+    /// The starter's pipe, taken out of the environment at its first use: `Mount` makes that
+    /// first use on the main thread, before it starts a thread (unsetenv is not safe while
+    /// another thread reads the environment).
+    private static let starter = StarterPipe.takenFromEnvironment(readyDescriptorVariable)
+
+    /// Takes the starter's pipe out of the environment now, so that nothing this process
+    /// starts inherits it.
+    static func takeStarterPipe() {
+        _ = starter
+    }
+
+    /// Called from the mount probe's thread.
     static func ready() {
         notifySystemd("READY=1")
-        tellStarter("READY\n")
+        starter.tell("READY\n")
     }
 
     static func stopping() {
         notifySystemd("STOPPING=1")
     }
 
-    /// The daemon will not be ready: `reason` is the one line its starter prints.
+    /// The daemon will not be ready: `reason` is the one line its starter prints. Called from
+    /// the main thread, perhaps while `ready()` runs: the starter hears whichever comes first.
     static func failed(_ reason: String) {
-        tellStarter("FAILED " + reason.replacingOccurrences(of: "\n", with: " ") + "\n")
-    }
-
-    private static func tellStarter(_ line: String) {
-        guard let text = ProcessInfo.processInfo.environment[readyDescriptorVariable], let descriptor = Int32(text),
-              descriptor > 2 else { return }
-        var bytes = Array(line.utf8)
-        _ = Glibc.write(descriptor, &bytes, bytes.count)
-        close(descriptor)
-        unsetenv(readyDescriptorVariable)
+        starter.tell("FAILED " + reason.replacingOccurrences(of: "\n", with: " ") + "\n")
     }
 
     /// Sends `state` to `$NOTIFY_SOCKET`: a path, or an abstract name written with a leading `@`.
@@ -52,5 +57,49 @@ enum Readiness {
         _ = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(socket, &message, message.count, 0, $0, length) }
         }
+    }
+}
+
+/// The write end of the pipe back to the process that started this daemon: it carries one
+/// line, and is closed after it.
+///
+/// Invariant: the descriptor is taken exactly once, under the lock; whoever takes it writes
+/// the one line and closes it, and every later `tell` does nothing.
+final class StarterPipe: Sendable {
+    private let descriptor: Mutex<Int32?>
+
+    init(descriptor: Int32?) {
+        self.descriptor = Mutex(descriptor)
+    }
+
+    /// The pipe `variable` names, if any, marked close-on-exec and the variable unset, so that
+    /// nothing this process starts holds it open or reads its number.
+    static func takenFromEnvironment(_ variable: String) -> StarterPipe {
+        guard let text = getenv(variable).map({ String(cString: $0) }) else { return StarterPipe(descriptor: nil) }
+        unsetenv(variable)
+        guard let descriptor = Int32(text), descriptor > 2, fcntl(descriptor, F_SETFD, FD_CLOEXEC) == 0 else {
+            return StarterPipe(descriptor: nil)
+        }
+        return StarterPipe(descriptor: descriptor)
+    }
+
+    /// Writes `line` and closes the pipe, unless a line was told already; whether this call
+    /// told it.
+    @discardableResult
+    func tell(_ line: String) -> Bool {
+        guard let taken = descriptor.withLock({ held -> Int32? in
+            defer { held = nil }
+            return held
+        }) else { return false }
+        var bytes = Array(line.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { Glibc.write(taken, $0.baseAddress, $0.count) }
+            if written < 0, errno == EINTR { continue }
+            // EPIPE: the starter went away; the daemon serves on.
+            guard written > 0 else { break }
+            bytes = bytes.dropFirst(written)
+        }
+        close(taken)
+        return true
     }
 }

@@ -66,7 +66,7 @@ struct DaemonTests {
         #expect(missing.status == 1 && missing.standardError.contains("does not exist"), "\(missing)")
     }
 
-    @Test("-o ro: every change is EROFS, and changes from another mount still come in")
+    @Test("-o ro: every change through it is EROFS; changes from another mount still come in, and so does an explicit replace-with-remote")
     func readOnlyMount() throws {
         let dir = TemporaryDirectory("kvsfs-daemon")
         defer { dir.remove() }
@@ -88,6 +88,13 @@ struct DaemonTests {
             #expect(result.status != 0 && result.standardError.contains("Read-only file system"), "\(change): \(result)")
         }
         #expect(try String(contentsOfFile: writer.path("count"), encoding: .utf8).contains("<integer>1</integer>"))
+
+        // Taking the remote's values is what a read-only mirror is for.
+        try "<integer>3</integer>".write(toFile: writer.path("count"), atomically: false, encoding: .utf8)
+        #expect(try run(kvsfsBinary, ["sync", writer.mountpoint]).status == 0)
+        let replaced = try run(kvsfsBinary, ["sync", "--replace-with-remote", reader])
+        #expect(replaced.status == 0, "\(replaced)")
+        #expect(try String(contentsOfFile: reader + "/count", encoding: .utf8).contains("<integer>3</integer>"))
     }
 
     @Test("kvsfs mount tells $NOTIFY_SOCKET READY=1 once the mount answers, and STOPPING=1 on SIGTERM")
