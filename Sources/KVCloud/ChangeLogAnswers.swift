@@ -8,8 +8,10 @@ public struct PushOutcome: Sendable, Equatable, Codable {
     /// Changes the remote now has (or had already, or has something newer for).
     public var accepted: [StampedChange]
     public var refused: [Refusal]
-    /// Accepted tombstones for keys the remote never had: nothing was stored for them, and the
-    /// pusher forgets them too (`KeyValueStore.forget`), so that every replica holds the same.
+    /// Accepted tombstones the remote did not store, which the pusher forgets too
+    /// (`KeyValueStore.forget`), so that every replica holds the same. Always empty from this
+    /// version, which stores every deletion; a server before 0.1 stored none for a key it did
+    /// not hold.
     public var notStored: [StampedChange]
     /// The store's cursor before and after this push: when `cursorBefore` is where the pusher
     /// had fetched up to, every change up to `cursorAfter` is its own, and need not be fetched.

@@ -74,12 +74,9 @@ package enum CloudLedger {
                 decision.outcome.accepted.append(change)  // a repeat, or superseded: the client fetches the winner
                 continue
             }
-            if change.isTombstone, current == nil {
-                // Nothing to delete: a row would only grow the table. The pusher forgets it too.
-                decision.outcome.accepted.append(change)
-                decision.outcome.notStored.append(change)
-                continue
-            }
+            // A deletion of a key the store does not hold is stored too: the store may have
+            // lost the key (restored from a backup) while a mount that still holds its value
+            // will push it back; the deletion, newer, must pass it over.
             let usage = decision.state.usage
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(

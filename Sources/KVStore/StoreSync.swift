@@ -68,8 +68,9 @@ extension KeyValueStore {
         }
     }
 
-    /// Forgets tombstones the remote accepted without storing (it never had their keys), unless
-    /// the key changed again since: the store then holds no row for the key, as the remote.
+    /// Forgets tombstones the remote accepted without storing (a server before 0.1 stored none
+    /// for a key it did not hold), unless the key changed again since: the store then holds no
+    /// row for the key, as the remote.
     public func forget(_ tombstones: [StampedChange]) throws(StoreError) {
         guard !tombstones.isEmpty else { return }  // every push round asks: take no lock for nothing
         try state.withLock { (state: inout State) throws(StoreError) in

@@ -189,7 +189,7 @@ struct HostileInputTests {
         }
     }
 
-    @Test("the server counts what it stores: NFC and NFD pushes are one key each, tombstones for unknown keys are not stored",
+    @Test("the server counts what it stores: NFC and NFD pushes are one key each, tombstones count as no key",
           arguments: ServerBackend.allCases)
     func keysAndTombstones(backend: ServerBackend) throws {
         try withServer(backend) { (server, token, mount, dir) throws in
@@ -203,7 +203,9 @@ struct HostileInputTests {
             let afterPairs = try cursor(server, token)
             let tombstones = (0..<500).map { #"{"key":"never-\#($0)","stamp":{"time":\#(now),"counter":0,"device":"curl"}}"# }
             #expect(try push(tombstones, to: server, token: token, dir: dir).status == "200")
-            #expect(try cursor(server, token) == afterPairs, "no row for a key the server never had")
+            let afterTombstones = try cursor(server, token)
+            #expect(Int(afterTombstones.filter(\.isNumber)) == Int(afterPairs.filter(\.isNumber)).map { $0 + 500 },
+                    "a deletion is stored, even of a key the server does not hold: \(afterPairs) then \(afterTombstones)")
             let result = try shell("""
                 \(kvsfsBinary) sync \(mount.mountpoint) || exit 9
                 echo "files=$(ls \(mount.mountpoint) | wc -l)"

@@ -103,18 +103,21 @@ struct HostileChangeTests {
         #expect(held.allSatisfy { $0.value == change("x", "nfd", time: 0).value }, "the later spelling's value wins, as one key")
     }
 
-    @Test("a tombstone for a key the remote never had is not stored")
+    @Test("a tombstone for a key the remote does not hold is stored, and an older value pushed after it is passed over")
     func unknownTombstones() throws {
         let storage = Self.remoteStorage()
         let tombstones = (0..<500).map { StampedChange.tombstone("never-\($0)", stamp: ChangeStamp(time: Self.now, counter: 0, device: "a")) }
         let outcome = try storage.push(tombstones, to: "default")
-        #expect(outcome.accepted.count == 500 && outcome.refused.isEmpty)
-        #expect(try storage.cursor(of: "default") == 0)
-        #expect(try storage.changes(in: "default", after: 0, limit: 1000).changes.isEmpty)
+        #expect(outcome.accepted.count == 500 && outcome.refused.isEmpty && outcome.notStored.isEmpty)
+        #expect(try storage.cursor(of: "default") == 500)
+        #expect(try storage.changes(in: "default", after: 0, limit: 1000).changes == tombstones)
+        // A value from before the deletion, pushed back by a mount that still held it.
+        _ = try storage.push([change("never-0", "old", time: Self.now - 5)], to: "default")
+        #expect(try storage.cursor(of: "default") == 500, "the older value does not pass the deletion")
         // A tombstone for a key the remote has is stored, as before.
         _ = try storage.push([change("k", "v", time: Self.now - 5)], to: "default")
         _ = try storage.push([.tombstone("k", stamp: ChangeStamp(time: Self.now, counter: 0, device: "a"))], to: "default")
-        #expect(try storage.changes(in: "default", after: 0, limit: 10).changes.map(\.isTombstone) == [true])
+        #expect(try storage.changes(in: "default", after: 500, limit: 10).changes.map(\.isTombstone) == [true])
     }
 
     @Test("a remote stores and counts a value's canonical form, whatever form was sent, and refuses one of another type")

@@ -112,6 +112,33 @@ struct RestoredRemoteTests {
         }
     }
 
+    /// A mount deletes a key the restored remote lacks: the deletion must be kept there, or the
+    /// other mount, which still holds the value and pushes back what the remote lost, brings
+    /// the key back to life on every mount.
+    @Test("a deletion made while a restored remote lacked the key stays a deletion when another mount pushes the value back")
+    func deletionOfLostKeyStays() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, backup, a, remote) = try await backedUp(in: dir)
+            try a.store.put(.string("doomed"), forKey: "k")
+            try await a.engine.synchronize()
+            let b = try Device("b", in: dir, remote: remote)
+            try await b.engine.synchronize()
+            #expect(b.text("k") == "doomed")
+            await a.engine.stopAndWait()
+            await b.engine.stopAndWait()
+
+            storage.restore(backup.snapshot())  // the remote lacks k
+            try a.store.removeValue(forKey: "k")
+            try await a.engine.synchronize()  // finds the restore out, and pushes the deletion
+            try await b.engine.synchronize()  // finds it out too, and pushes back k's value
+            try await a.engine.synchronize()
+            try await b.engine.synchronize()
+            #expect(a.store.entry(forKey: "k") == nil, "the deletion a acknowledged holds on a")
+            #expect(b.store.entry(forKey: "k") == nil, "and reaches b")
+            #expect(try storage.changes(in: "default", after: 0, limit: 100).changes.first { $0.key == "k" }?.isTombstone == true)
+        }
+    }
+
     /// `replaceWithRemote` removes a key the remote lacks by writing a tombstone under the stamp
     /// of the local value it removes: two different changes under one stamp. When another
     /// mount pushes that value back (as the manual says it may), this mount takes it for a
