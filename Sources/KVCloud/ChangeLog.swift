@@ -39,8 +39,9 @@ public protocol ChangeLog: Sendable {
     /// The cursor of the store's newest accepted change (0 when it has none).
     func cursor(of store: String) async throws(CloudError) -> Int64
 
-    /// True as soon as the store has changes after `cursor`, false once `timeout` passed with
-    /// none. `mark` as for `changes`: a log may check it here, or in the fetch that follows.
+    /// True as soon as the store has changes after `cursor`; false once `timeout` passed with
+    /// none, once the waiting task is cancelled, or when a server's keep-alive came first.
+    /// `mark` as for `changes`: a log may check it here, or in the fetch that follows.
     func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
                         timeout: Duration) async throws(CloudError) -> Bool
 

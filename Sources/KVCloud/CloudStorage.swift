@@ -4,9 +4,9 @@ import KVStore
 /// A change log in storage this process opens itself and calls without waiting for anyone
 /// but the disk: in memory (`MemoryCloudStorage`, for tests) or in a SQLite file
 /// (`SQLiteCloudStorage`, the file remote, shared by every process that opens it, and the
-/// single-machine server's stores). `EmbeddedChangeLog` makes one a `ChangeLog`; see there for
-/// what each call means. The mark, when given, is checked in the same transaction as the read
-/// or the push.
+/// single-machine server's stores). `EmbeddedChangeLog` makes one a `ChangeLog`; each call
+/// means what `ChangeLog`'s of the same name does. The mark, when given, is checked in the
+/// same transaction as the read or the push.
 public protocol CloudStorage: Sendable {
     func identity() throws(CloudError) -> String
     func renewIdentity(replacing seen: String) throws(CloudError) -> Bool

@@ -12,9 +12,10 @@ extension PostgresServerStorage {
     public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
+        let pushedKeys = admitted.keys  // computed: read once
         // Text cannot hold NUL: such keys are refused below, and no row can be a mark's.
-        var keys = Array(admitted.keys.filter { !$0.utf8.contains(0) })
-        if let mark, !mark.key.utf8.contains(0), !admitted.keys.contains(mark.key) { keys.append(mark.key) }
+        var keys = Array(pushedKeys.filter { !$0.utf8.contains(0) })
+        if let mark, !mark.key.utf8.contains(0), !pushedKeys.contains(mark.key) { keys.append(mark.key) }
         return try await run {
             try await client.withTransaction(logger: logger) { db in
                 // Round trips are what a push costs here (each one resumes the task between
@@ -33,7 +34,7 @@ extension PostgresServerStorage {
                 guard let (state, rows) = locked else { throw CloudError.unavailable("store \(store) vanished during a push") }
                 // Under the store's lock, against the rows the push decides by.
                 if let mark { try mark.check(newest: state.cursor, held: rows[mark.key].map(\.mark)) }
-                let current = rows.filter { admitted.keys.contains($0.key) }.mapValues(\.change)
+                let current = rows.filter { pushedKeys.contains($0.key) }.mapValues(\.change)
                 let decision = CloudLedger.decide(admitted, current: current, state: state, storesNUL: false)
                 guard !decision.writes.isEmpty else { return decision.outcome }
                 for (change, cursor) in decision.writes {

@@ -92,12 +92,19 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
     }
 
-    /// Looks at the store's cursor every 10 ms: a server waits through its `ChangeNotifier`
-    /// instead, which `followChanges` keeps told of other instances' pushes.
+    /// Looks at the store's cursor every 10 ms, for tools and tests: a server waits through its
+    /// `ChangeNotifier` instead, which `followChanges` keeps told of other instances' pushes.
+    /// The mark is checked by the fetch that follows.
     public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
                                timeout: Duration) async throws(CloudError) -> Bool {
         let deadline = ContinuousClock.now + timeout
-        while try await self.cursor(of: store) <= cursor {
+        while true {
+            do {
+                if try await self.cursor(of: store) > cursor { return true }
+            } catch {
+                if Task.isCancelled { return false }  // the query was cut short: the waiter gave up
+                throw error
+            }
             guard ContinuousClock.now < deadline else { return false }
             do {
                 try await Task.sleep(for: .milliseconds(10))
@@ -105,7 +112,6 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                 return false
             }
         }
-        return true
     }
 
     public func generation(of account: String) async throws(CloudError) -> String? {

@@ -21,8 +21,9 @@ extension SyncServer {
     }
 
     /// Storage failures as HTTP: a bad store name is 404, a history that is not the reader's
-    /// 409 (the client resynchronises), anything else 503 with Retry-After. An answer decided
-    /// already passes as it is.
+    /// 409 (the client resynchronises), a refused request 400 and a refused token 403 (with
+    /// their reasons), anything else 503 with Retry-After. An answer decided already passes
+    /// as it is.
     func run<T>(_ body: () async throws -> T) async throws -> T {
         do {
             return try await body()
@@ -31,9 +32,19 @@ extension SyncServer {
         } catch CloudError.invalidStoreName(let name) {
             throw HTTPError(.notFound, message: "no store \(name)")
         } catch let error as CloudError {
-            // The client saw a history this store no longer has: it must resynchronise.
-            guard error.isHistoryMismatch else { throw HTTPError.storageUnavailable(error, logger: logger) }
-            throw HTTPError(.conflict, message: error.description)
+            switch error {
+            case .cursorAhead, .historyDiffers, .historyMismatch:
+                // The client saw a history this store no longer has: it must resynchronise.
+                throw HTTPError(.conflict, message: error.description)
+            case .refused(let reason): throw HTTPError(.badRequest, message: reason)
+            case .notAuthorized(let reason): throw HTTPError(.forbidden, message: reason)
+            case .busy(let after, _):
+                let seconds = after.map { max(1, $0.components.seconds) } ?? 1
+                logger.warning("storage busy", metadata: ["error": "\(error)"])
+                throw HTTPError(.serviceUnavailable, headers: [.retryAfter: String(seconds)], message: "the server is busy; retry later")
+            case .unavailable, .invalidStoreName:
+                throw HTTPError.storageUnavailable(error, logger: logger)
+            }
         } catch {
             throw HTTPError.storageUnavailable(error, logger: logger)
         }
@@ -43,7 +54,9 @@ extension SyncServer {
 extension HTTPError {
     /// 503 with Retry-After; the error itself (which names the database) goes to the log.
     static func storageUnavailable(_ error: any Error, logger: Logger) -> HTTPError {
-        logger.error("storage unavailable", metadata: ["error": "\(error)"])
+        // The storage's own words: this server's database, not a remote it could not reach.
+        let reason = if case CloudError.unavailable(let reason) = error { reason } else { "\(error)" }
+        logger.error("storage unavailable", metadata: ["error": "\(reason)"])
         return HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "the server's storage is unavailable; retry later")
     }
 }

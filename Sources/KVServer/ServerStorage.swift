@@ -4,7 +4,9 @@ import KVStore
 
 /// Where a sync server keeps its stores and accounts: one SQLite file for a single machine,
 /// or a PostgreSQL database that several server instances share. Its stores are a
-/// `ChangeLog`; a store is named `ACCOUNT.STORE` in it.
+/// `ChangeLog`; a store is named `ACCOUNT.STORE` in it. Its identity is the server's: what a
+/// mount sees is that, its account and the account's generation, and a restore found out
+/// renews the account's generation (`renewGeneration`), never the server's identity.
 public protocol ServerStorage: ChangeLog {
     var accounts: any AccountStorage { get }
 

@@ -7,13 +7,15 @@ import Synchronization
 
 /// A sync server's event stream of one store (`GET .../events?after=N`, server-sent events):
 /// a task reads it and queues each batch of changes, and an empty batch for each keep-alive.
-/// One consumer (the sync engine's watcher) takes them with `next()`.
+/// Consumers take them with `next()`; several may wait at once, and each batch goes to one.
 final class ChangeStream: Sendable {
     private struct State: Sendable {
         var queue: [ChangeBatch] = []
         var failure: (any Error)?
         var finished = false
-        var waiter: CheckedContinuation<Void, Never>?
+        /// The consumers waiting, by a number of their own: a cancelled one is woken alone.
+        var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+        var nextWaiter = 0
         /// The cursor the consumer has taken batches up to.
         var position: Int64
     }
@@ -46,13 +48,13 @@ final class ChangeStream: Sendable {
                 failure = error is DecodingError ? CloudError.unavailable("\(base): an event that is not the protocol's: \(error)")
                                                  : CloudError.unavailable("\(base): \(error)")
             }
-            let waiter = shared.state.withLock { state in
+            let waiters = shared.state.withLock { state in
                 state.finished = true
                 state.failure = failure
-                defer { state.waiter = nil }
-                return state.waiter
+                defer { state.waiters = [:] }
+                return state.waiters.values
             }
-            waiter?.resume()
+            for waiter in waiters { waiter.resume() }
         }
     }
 
@@ -77,32 +79,33 @@ final class ChangeStream: Sendable {
             }
             if let taken { return try taken.get() }
             try Task.checkCancellation()
+            let id = shared.state.withLock { state in
+                defer { state.nextWaiter += 1 }
+                return state.nextWaiter
+            }
             await withTaskCancellationHandler {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let ready = shared.state.withLock { state in
                         guard state.queue.isEmpty, !state.finished, !Task.isCancelled else { return true }
-                        state.waiter = continuation
+                        state.waiters[id] = continuation
                         return false
                     }
                     if ready { continuation.resume() }
                 }
             } onCancel: {
-                let waiter = shared.state.withLock { state in
-                    defer { state.waiter = nil }
-                    return state.waiter
-                }
-                waiter?.resume()
+                shared.state.withLock { $0.waiters.removeValue(forKey: id) }?.resume()
             }
         }
     }
 
+    /// Wakes every waiter: one takes the batch, the others wait again.
     private static func deliver(_ batch: ChangeBatch, to shared: Shared) {
-        let waiter = shared.state.withLock { state in
+        let waiters = shared.state.withLock { state in
             state.queue.append(batch)
-            defer { state.waiter = nil }
-            return state.waiter
+            defer { state.waiters = [:] }
+            return state.waiters.values
         }
-        waiter?.resume()
+        for waiter in waiters { waiter.resume() }
     }
 }
 

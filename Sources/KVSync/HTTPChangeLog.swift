@@ -18,6 +18,7 @@ public final class HTTPChangeLog: ChangeLog {
     private let base: String
     private let token: String
     private let client: HTTPClient
+    private let identityStore: String?
     /// The account named in the URL, if any.
     private let account: String?
     private let scope = Mutex<WhoAmI?>(nil)
@@ -25,8 +26,11 @@ public final class HTTPChangeLog: ChangeLog {
     private let prefetched = Mutex<[String: Prefetched]>([:])
     private let streams = Mutex<[String: ChangeStream]>([:])
 
-    public init(url: String, token: String, client: HTTPClient = HTTPChangeLog.client) {
+    /// `identityStore`: the store to ask the account's identity of (a mount's own, so that an
+    /// answer names it); without one, the token's store, or any of the account's.
+    public init(url: String, token: String, client: HTTPClient = HTTPChangeLog.client, identityStore: String? = nil) {
         description = url
+        self.identityStore = identityStore
         var base = url
         while base.hasSuffix("/") { base.removeLast() }
         let parts = base.split(separator: "/", omittingEmptySubsequences: false)
@@ -42,15 +46,14 @@ public final class HTTPChangeLog: ChangeLog {
         self.client = client
     }
 
-    /// Asked of a store the token reaches (its own, or any of the account's): each answers
-    /// with the account's identity.
+    /// Asked of a store (see `identityStore`): each answers with the account's identity.
     public func identity() async throws(CloudError) -> String {
-        let store = try await tokenScope().store ?? "default"
+        let store = if let identityStore { identityStore } else { try await tokenScope().store ?? "default" }
         return try await request(.GET, storePath(store, .identity), as: IdentityResponse.self).identity
     }
 
     /// The server renews the account's generation by itself when a writer's request finds
-    /// another history (see `SyncServer.checkHistory`): nothing to ask for.
+    /// another history (see `SyncServer.checkingHistory`): nothing to ask for.
     public func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool { false }
 
     public func readOnlyReason(of store: String) async throws(CloudError) -> String? {
@@ -59,7 +62,9 @@ public final class HTTPChangeLog: ChangeLog {
     }
 
     /// One push, or several when the changes are more than the server takes in one
-    /// (`WireLimits`): a device offline for long may have that many pending.
+    /// (`WireLimits`): a device offline for long may have that many pending. Each carries the
+    /// mark; a restore found out between two of them leaves the first ones stored (as a
+    /// shorter push would have), and the pusher resynchronises.
     public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         let path = try await storePath(store, .changes) + (mark.map { WireQuery.encode(mark: $0) } ?? "")
         let bodies: [[UInt8]]
@@ -90,14 +95,24 @@ public final class HTTPChangeLog: ChangeLog {
     /// The next batch of the server's event stream for the store (opened from `cursor`, and
     /// opened again whenever the caller's cursor is not where the stream has got to). The batch
     /// is kept for the fetch that follows, so that a change costs the mount no request at all.
-    /// False after a keep-alive (every 10 s) with no change, or after `timeout`.
+    /// False after a keep-alive (every 10 s) with no change, after `timeout`, or once the
+    /// waiting task is cancelled.
+    ///
+    /// The time counts from when the stream is open: a server slow to answer is waited for,
+    /// not asked again every `timeout` (each opening costs it a history check).
     public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
                                timeout: Duration) async throws(CloudError) -> Bool {
+        let stream: ChangeStream
+        do {
+            stream = try await changeStream(of: store, from: cursor, mark: mark)
+        } catch {
+            if Task.isCancelled { return false }
+            throw error
+        }
         let next: ChangeBatch?
         do {
-            // The stream's opening counts against the time too.
             next = try await withThrowingTaskGroup(of: ChangeBatch?.self) { group in
-                group.addTask { try await self.changeStream(of: store, from: cursor, mark: mark).next() }
+                group.addTask { try await stream.next() }
                 group.addTask {
                     try await Task.sleep(for: timeout)
                     return nil
@@ -105,7 +120,7 @@ public final class HTTPChangeLog: ChangeLog {
                 defer { group.cancelAll() }
                 return try await group.next() ?? nil
             }
-        } catch let error as CloudError {
+        } catch let error as CloudError where !Task.isCancelled {
             throw error
         } catch {
             // Cancelled: the waiter gave up.

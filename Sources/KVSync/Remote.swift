@@ -99,5 +99,4 @@ public final class ChangeLogRemote: Remote {
 
     /// The most changes one fetch asks for.
     static let batchLimit = 4096
-
 }

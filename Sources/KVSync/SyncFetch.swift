@@ -17,7 +17,7 @@ extension SyncEngine {
                 batch = try await remote.fetch(after: position.cursor, mark: position.mark)
             } catch let error as CloudError where error.isHistoryMismatch {
                 // Found after this round's push: push what the remote lost now.
-                try await resynchronise(identity: nil, because: error.description)
+                try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
                 try await push()
                 return
             }

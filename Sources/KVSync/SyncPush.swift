@@ -29,7 +29,7 @@ extension SyncEngine {
             outcome = try await send(pending)
         } catch let error as CloudError where error.isHistoryMismatch {
             // Found before anything was pushed into the other history: take it in first.
-            try await resynchronise(identity: nil, because: error.description)
+            try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
             outcome = try await send(store.pendingChanges())
         }
         guard !outcome.refused.isEmpty else { return }

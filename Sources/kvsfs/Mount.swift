@@ -134,10 +134,11 @@ struct Mount: ParsableCommand {
             // The file remote belongs to the same user: --quota-* set its limits too.
             return ChangeLogRemote(EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits), store: store.storeID)
         }
-        guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: try token()), store: store.storeID) }
+        let id = store.storeID
+        guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), identityStore: id), store: id) }
         do {
             let client = try HTTPChangeLog.client(trusting: tlsCA)
-            return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), client: client), store: store.storeID)
+            return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), client: client, identityStore: id), store: id)
         } catch let error as CloudError {
             throw CommandFailure(error.description)
         }

@@ -59,7 +59,12 @@ final class MountSync: MountSynchronizer {
     }
 
     func start() { engine.start() }
-    func stop() { engine.stop() }
+    /// Stops the engine and waits, at most 5 s, for a round in flight to end, so that the store
+    /// is made durable after its last write; a round held up longer by its remote (a request
+    /// times out after 30 s) is left to end with the process.
+    func stop() {
+        _ = waitFor({ [engine] in await engine.stopAndWait() }, timeout: .seconds(5))
+    }
 
     func remoteWrite(in context: RequestContext) -> RemoteWrite? {
         applier.changeBeingApplied(byThread: context.threadID).map { RemoteWrite(change: $0.change, mode: $0.mode) }

@@ -169,6 +169,37 @@ struct ChangeLogConformanceTests {
         }
     }
 
+    @Test("waits side by side each end: a cancelled one with false, at once, the other when the change lands",
+          arguments: Kind.allCases)
+    func waitsSideBySide(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            let cursor = try await log.cursor(of: store)
+            let cancelled = Task { try await log.waitForChanges(in: store, after: cursor, mark: nil, timeout: .seconds(60)) }
+            try await Task.sleep(for: .milliseconds(300))  // the first is waiting (over HTTP, on the stream it opened)
+            let other = Task { try await log.waitForChanges(in: store, after: cursor, mark: nil, timeout: .seconds(60)) }
+            try await Task.sleep(for: .milliseconds(300))
+            cancelled.cancel()
+            #expect(try await cancelled.value == false)
+            _ = try await log.push([change("a", "one")], to: store)
+            #expect(try await other.value, "the other wait heard the change")
+        }
+    }
+
+    /// A device back from a long time offline pushes many changes to keys the log holds (here
+    /// deletions, which no key quota bounds): the push is taken whole, in one decision.
+    @Test("a push of 2,000 changes to keys the log holds is taken whole", arguments: Kind.allCases)
+    func largePush(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            func deletions(at time: Int64) -> [StampedChange] {
+                (0..<2000).map { StampedChange.tombstone("k\($0)", stamp: ChangeStamp(time: time, counter: 0, device: "a")) }
+            }
+            #expect(try await log.push(deletions(at: Self.now - 1000), to: store).accepted.count == 2000)
+            let outcome = try await log.push(deletions(at: Self.now), to: store)
+            #expect(outcome.accepted.count == 2000 && outcome.refused.isEmpty)
+            #expect(try await log.cursor(of: store) == 4000)
+        }
+    }
+
     @Test("the identity is stable, and renewing one the log no longer has changes nothing", arguments: Kind.allCases)
     func identity(_ kind: Kind) async throws {
         try await withLog(kind) { log, _ in

@@ -1,0 +1,106 @@
+import Foundation
+import GRDB
+import KVStore
+
+// The file remote's rows as SQLiteCloudStorage reads and writes them: a stored change read
+// with checks, and one store's rows inside a push's transaction.
+
+extension SQLiteCloudStorage {
+    /// A stored change as it was written, or a refusal to read it: a row that any process (or
+    /// an older kvsfs) may have written is read with checks, never trusted to have its types.
+    static func change(_ row: Row) throws -> StampedChange {
+        let keyBytes: Data = try row.decode(forColumn: "key")
+        guard let key = String(validating: keyBytes, as: UTF8.self) else { throw UnreadableRow("its key is not UTF-8") }
+        let typeName: String? = try row.decode(forColumn: "type")
+        let type = try typeName.map { name in
+            guard let type = ValueType(rawValue: name) else { throw UnreadableRow("its type \(name.debugDescription) is unknown") }
+            return type
+        }
+        let deviceBytes: Data = try row.decode(forColumn: "device")
+        guard let device = String(validating: deviceBytes, as: UTF8.self) else { throw UnreadableRow("its device id is not UTF-8") }
+        return StampedChange(
+            key: key, value: try row.decode(forColumn: "value"), type: type,
+            stamp: ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"), device: device))
+    }
+
+    struct UnreadableRow: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    /// One store's rows inside a write transaction; the store's row is created on first use.
+    struct Table {
+        let db: Database
+        let store: String
+        let state: CloudStoreState
+
+        init(db: Database, store: String) throws {
+            self.db = db
+            self.store = store
+            let limits = QuotaLimits.modelled
+            try db.cachedStatement(sql: """
+                INSERT OR IGNORE INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
+                VALUES (?, 0, 0, 0, ?, ?, ?, ?)
+                """).execute(arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM cloudStore WHERE id = ?"), arguments: [store]) else {
+                throw UnreadableRow("store \(store) has no row")
+            }
+            state = CloudStoreState(limits: try Self.limits(row),
+                                    usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
+                                    cursor: try row.decode(forColumn: "cursor"))
+        }
+
+        static func limits(_ row: Row) throws -> QuotaLimits {
+            QuotaLimits(totalBytes: try row.decode(forColumn: "totalBytes"), valueBytes: try row.decode(forColumn: "valueBytes"),
+                        keys: try row.decode(forColumn: "maxKeys"), keyNameBytes: try row.decode(forColumn: "keyNameBytes"))
+        }
+
+        static func limits(db: Database, store: String) throws -> QuotaLimits? {
+            try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store]).map { try limits($0) }
+        }
+
+        /// The stored latest change of each of `keys` that has one, and why for each whose row
+        /// cannot be read.
+        func current(_ keys: Set<String>) throws -> (rows: [String: StampedChange], unreadable: [String: String]) {
+            let statement = try db.cachedStatement(sql: """
+                SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device FROM cloudChange
+                WHERE store = ? AND key = CAST(? AS TEXT)
+                """)
+            var rows = [String: StampedChange]()
+            var unreadable = [String: String]()
+            for key in keys {
+                // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
+                guard let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) else { continue }
+                do {
+                    rows[key] = try SQLiteCloudStorage.change(row)
+                } catch {
+                    unreadable[key] = String(describing: error)
+                }
+            }
+            return (rows, unreadable)
+        }
+
+        func apply(_ decision: PushDecision) throws {
+            guard !decision.writes.isEmpty else { return }
+            let upsert = try db.cachedStatement(sql: """
+                INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
+                    counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                """)
+            for (change, cursor) in decision.writes {
+                let row = DirectBinding(upsert)
+                try row.bind(1, store)
+                try row.bind(2, change.key)
+                try row.bind(3, change.value)
+                try row.bind(4, change.type?.rawValue)
+                try row.bind(5, change.stamp.time)
+                try row.bind(6, Int64(change.stamp.counter))
+                try row.bind(7, change.stamp.device)
+                try row.bind(8, cursor)
+                try row.run(in: db)
+            }
+            try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
+                .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
+        }
+    }
+}
