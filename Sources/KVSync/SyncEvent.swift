@@ -23,6 +23,10 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         /// Remote changes could not be taken into the local store (`message` says why): they
         /// are fetched and applied again on the next round, after a backoff.
         case applyFailed = "apply-failed"
+        /// Said to a reader only (`kvsfs events --since`), never logged: the log no longer
+        /// holds the events right after the reader's cursor, so the reader must look at the
+        /// whole store again rather than take the events that follow for all it missed.
+        case resync = "resync"
     }
 
     public var time: Date
@@ -30,23 +34,46 @@ public struct SyncEvent: Codable, Sendable, Equatable {
     public var keys: [String]
     /// For a quota violation: what the remote said; for a refused remote change: why.
     public var message: String?
+    /// The event's place in the mount's event log: one more than the event before it, across
+    /// restarts and the log's rotation. Nil in lines written before events were numbered, and
+    /// in a `resync`.
+    public var cursor: Int64?
 
-    public init(time: Date = Date(), reason: Reason, keys: [String], message: String? = nil) {
+    public init(time: Date = Date(), reason: Reason, keys: [String], message: String? = nil, cursor: Int64? = nil) {
         self.time = time
         self.reason = reason
         self.keys = keys
         self.message = message
+        self.cursor = cursor
     }
 
     /// One line of JSON, as `kvsfs events` prints it.
-    public var jsonLine: String {
+    public func jsonLine() throws -> String {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .custom { date, encoder in
             var container = encoder.singleValueContainer()
             try container.encode(SyncEvent.timeFormat.string(from: date))
         }
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return String(decoding: (try? encoder.encode(self)) ?? Data(), as: UTF8.self)
+        return String(decoding: try encoder.encode(self), as: UTF8.self)
+    }
+
+    /// An event from one line of the log; nil for a line that is not one (cut short, or
+    /// written by something else).
+    public init?(line: some StringProtocol) {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let text = try decoder.singleValueContainer().decode(String.self)
+            guard let date = SyncEvent.timeFormat.date(from: text) else {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a time: \(text)"))
+            }
+            return date
+        }
+        do {
+            self = try decoder.decode(SyncEvent.self, from: Data(line.utf8))
+        } catch {
+            return nil  // the reader passes such a line over: it names no event
+        }
     }
 
     nonisolated(unsafe) static let timeFormat: ISO8601DateFormatter = {
@@ -54,28 +81,4 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         format.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return format
     }()
-}
-
-/// The mount's event stream: one JSON line per event appended to a file, which
-/// `kvsfs events` follows. Each line is one `write` to a file opened with O_APPEND, so readers
-/// never see half a line from a writer.
-public final class EventLog: Sendable {
-    public let path: String
-    private let descriptor: Int32
-
-    /// Opens the log at `path`; a log over `maximumBytes` is started afresh.
-    public init(path: String, maximumBytes: Int = 4 << 20) throws {
-        var info = stat()
-        if stat(path, &info) == 0, Int(info.st_size) > maximumBytes { _ = truncate(path, 0) }
-        descriptor = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path]) }
-        self.path = path
-    }
-
-    deinit { close(descriptor) }
-
-    public func append(_ event: SyncEvent) {
-        let line = Array((event.jsonLine + "\n").utf8)
-        _ = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-    }
 }

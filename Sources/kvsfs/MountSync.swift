@@ -46,7 +46,11 @@ final class MountSync: MountSynchronizer {
         }
         applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
         engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
-            events.append(event)
+            do {
+                try events.append(event)
+            } catch {
+                logger.error("an event could not be written to the event log \(events.path): \(error.localizedDescription); it was \(event.reason.rawValue) for \(event.keys)")
+            }
             switch event.reason {
             case .refusedRemoteChange:
                 logger.warning("a change from the remote was refused: \(event.message ?? "")")

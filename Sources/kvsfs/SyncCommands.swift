@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import FuseKit
+import KVSync
 
 /// Reads an extended attribute of a mount's root; nil when it is not a syncing kvsfs mount.
 func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
@@ -56,8 +57,10 @@ struct Events: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the mount's external changes as they happen, one JSON line each.",
         discussion: """
-            Each line: {"keys":[...],"reason":"server-change|initial-sync|quota-violation|remote-reset|refused-remote-change|apply-failed","time":"..."} \
-            (all but server-change and initial-sync also carry "message"). Runs until interrupted.
+            Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|remote-reset|refused-remote-change|apply-failed","time":"..."} \
+            (all but server-change and initial-sync also carry "message"). With --since, a reader resumes after the \
+            cursor of the last line it took; when the log no longer holds what came right after it, the first line \
+            is {"keys":[],"message":"...","reason":"resync","time":"..."}. Runs until interrupted.
             """)
 
     @Argument(help: "A kvsfs mount.")
@@ -66,25 +69,28 @@ struct Events: ParsableCommand {
     @Flag(help: "Print the events already logged first.")
     var all = false
 
+    @Option(help: ArgumentHelp("Print the events logged after this cursor first (a resync line if they are gone).", valueName: "cursor"))
+    var since: Int64?
+
+    func validate() throws {
+        if let since, since < 0 { throw ValidationError("--since takes a cursor of 0 or more") }
+        if since != nil, all { throw ValidationError("--since and --all cannot be used together") }
+    }
+
     func run() throws {
         guard let path = mountAttribute(mountpoint, "user.kvsfs.events") else {
             throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs")
         }
-        guard let log = FileHandle(forReadingAtPath: path) else { throw CommandFailure("cannot read the event log \(path)") }
-        if !all { log.seekToEndOfFile() }
-        var partial = Data()
-        while true {
-            let chunk = log.availableData
-            if chunk.isEmpty {
-                usleep(10_000)
-                continue
-            }
-            partial.append(chunk)
-            while let newline = partial.firstIndex(of: UInt8(ascii: "\n")) {
-                let line = partial[partial.startIndex...newline]
-                FileHandle.standardOutput.write(Data(line))
-                partial.removeSubrange(partial.startIndex...newline)
-            }
+        var log = try EventFollower(path: path)
+        if let since {
+            let resumption = EventHistory.resume(after: since, at: path)
+            var held = try resumption.resync.map { [try $0.jsonLine()] } ?? []
+            held += resumption.lines
+            FileHandle.standardOutput.write(Data(held.map { $0 + "\n" }.joined().utf8))
+            log.skip(to: resumption.offset)
+        } else if !all {
+            log.skipToEnd()
         }
+        log.follow { FileHandle.standardOutput.write($0) }
     }
 }

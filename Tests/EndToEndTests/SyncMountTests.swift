@@ -48,6 +48,8 @@ struct SyncMountTests {
                 sleep 0.3
                 kill $watcher $stream
                 wait
+                timeout 1 \(kvsfsBinary) events --since 2 \(b.mountpoint) > \(dir.path)/resumed
+                echo "resumed=$(grep -o '"cursor":[0-9]*' \(dir.path)/resumed | tr '\\n' ' ')"
                 echo "ls-a=$(ls -A \(a.mountpoint) | tr '\\n' ' ')"
                 echo "ls-b=$(ls -A \(b.mountpoint) | tr '\\n' ' ')"
                 cat \(dir.path)/inotify
@@ -66,6 +68,12 @@ struct SyncMountTests {
             let stream = lines.filter { $0.hasPrefix("{") }
             #expect(stream.count == 5, "\(result)")
             #expect(stream.allSatisfy { $0.contains(#""reason":"server-change""#) && $0.contains(#""keys":["k"]"#) })
+            // Numbered one after another; a reader resuming after 2 gets every later one.
+            let numbers = stream.compactMap { line in line.firstMatch(of: /"cursor":(\d+)/).flatMap { Int($0.1) } }
+            #expect(numbers.count == 5 && zip(numbers, numbers.dropFirst()).allSatisfy { $1 == $0 + 1 }, "\(stream)")
+            let resumed = lines.first { $0.hasPrefix("resumed=") }?.dropFirst("resumed=".count)
+                .split(separator: " ").compactMap { Int($0.dropFirst(#""cursor":"#.count)) }
+            #expect(resumed == numbers.last.map { Array(3...$0) }, "\(result)")
         }
     }
 

@@ -1,0 +1,52 @@
+import Foundation
+
+/// The mount's event log followed as it grows, and again from its start when a mount starts
+/// afresh with a new file (the old one moved to `PATH.1`).
+struct EventFollower {
+    let path: String
+    private var handle: FileHandle
+    private var identity: (device: UInt, inode: UInt)
+
+    init(path: String) throws {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CommandFailure("cannot read the event log \(path)") }
+        self.path = path
+        self.handle = handle
+        identity = Self.identity(of: handle.fileDescriptor)
+    }
+
+    mutating func skip(to offset: Int) { handle.seek(toFileOffset: UInt64(offset)) }
+    mutating func skipToEnd() { handle.seekToEndOfFile() }
+
+    /// Hands every whole line written from here on to `output`, for ever.
+    mutating func follow(_ output: (Data) -> Void) -> Never {
+        var partial = Data()
+        var idle = 0
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty {
+                idle += 1
+                // Once a second of quiet: a new log in the file's place is read from its start.
+                if idle % 100 == 0, let replaced = FileHandle(forReadingAtPath: path),
+                   Self.identity(of: replaced.fileDescriptor) != identity {
+                    handle = replaced
+                    identity = Self.identity(of: replaced.fileDescriptor)
+                    partial = Data()
+                }
+                usleep(10_000)
+                continue
+            }
+            idle = 0
+            partial.append(chunk)
+            while let newline = partial.firstIndex(of: UInt8(ascii: "\n")) {
+                output(Data(partial[partial.startIndex...newline]))
+                partial.removeSubrange(partial.startIndex...newline)
+            }
+        }
+    }
+
+    private static func identity(of descriptor: Int32) -> (device: UInt, inode: UInt) {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return (0, 0) }
+        return (UInt(info.st_dev), UInt(info.st_ino))
+    }
+}
