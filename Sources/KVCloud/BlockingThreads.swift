@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// Calls run in the order they come, at most `count` at once; the rest wait in the queue, not
 /// on a thread. The threads live as long as the process.
-package final class BlockingThreads: Sendable {
+public final class BlockingThreads: Sendable {
     private let jobs = Mutex<[@Sendable () -> Void]>([])
     /// Signalled once per job queued.
     private let queued = DispatchSemaphore(value: 0)

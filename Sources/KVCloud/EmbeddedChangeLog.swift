@@ -6,7 +6,10 @@ import Synchronization
 /// file remote (`SQLiteCloudStorage`, shared by every process that opens the same file) or the
 /// in-memory one for tests. The storage is opened on first use and again after a failure, so
 /// a storage that cannot be opened now is retried rather than fatal. Its calls block on the
-/// disk: they run on `BlockingThreads.sqlite`, never on the caller's thread.
+/// disk: they run on `threads` when given (a server's, whose request tasks share as few
+/// threads as there are cores), else on the caller's (a mount, whose sync engine is the only
+/// user of its cooperative threads, and which would pay a thread hop and the threads' memory
+/// for every call).
 public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Duration {
     public let description: String
     private let open: @Sendable () throws(CloudError) -> any CloudStorage
@@ -15,15 +18,16 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
     private let pollInterval: Duration
     private let watchedFiles: [String]
     private let watchedFallback: Duration
-    private let threads = BlockingThreads.sqlite
+    private let threads: BlockingThreads?
 
     /// `pollInterval` is how often `waitForChanges` looks at the storage's cursor. With
     /// `watchedFiles` (the files every commit to the storage writes), it looks when one of them
     /// is written instead, and every `watchedFallback` in case a write went unseen.
     public init(description: String, clock: C, pollInterval: Duration = .milliseconds(5),
-                watchedFiles: [String] = [], watchedFallback: Duration = .seconds(1),
+                watchedFiles: [String] = [], watchedFallback: Duration = .seconds(1), threads: BlockingThreads? = nil,
                 open: @escaping @Sendable () throws(CloudError) -> any CloudStorage) {
         self.description = description
+        self.threads = threads
         self.open = open
         self.clock = clock
         self.pollInterval = pollInterval
@@ -101,7 +105,7 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
     /// Runs `body` on the storage, opening it first if need be; a failure other than a
     /// history mismatch or a refusal of the request closes it, to be opened again next time.
     private func withStorage<T: Sendable>(_ body: @escaping @Sendable (any CloudStorage) throws(CloudError) -> T) async throws(CloudError) -> T {
-        try await threads.run { () throws(CloudError) -> T in
+        let call: @Sendable () throws(CloudError) -> T = { () throws(CloudError) -> T in
             do throws(CloudError) {
                 let opened = try self.storage.withLock { (current: inout (any CloudStorage)?) throws(CloudError) -> any CloudStorage in
                     if let current { return current }
@@ -115,6 +119,8 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
                 throw error
             }
         }
+        guard let threads else { return try call() }
+        return try await threads.run(call)
     }
 }
 

@@ -20,7 +20,7 @@ public final class SQLiteServerStorage: ServerStorage {
         if let failure = OwnerOnlyFile.restrict(path) { throw .unavailable(failure) }
         let cloud = try SQLiteCloudStorage(path: path, readers: 4, admission: admission)
         self.cloud = cloud
-        log = EmbeddedChangeLog(description: path, clock: ContinuousClock()) { cloud }
+        log = EmbeddedChangeLog(description: path, clock: ContinuousClock(), threads: .sqlite) { cloud }
         do {
             accounts = try SQLiteAccountStorage(path: path)
         } catch {
