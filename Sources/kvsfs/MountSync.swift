@@ -35,21 +35,28 @@ final class MountSync: MountSynchronizer {
     private let applier: MountApplier
     private let events: EventLog
     private let waits = RemoteWaits()
+    /// The store's setting that keeps the event log's last cursor.
+    static let eventCursorSetting = "eventLogCursor"
 
     init(store: KeyValueStore, remote: any Remote, mountpoint: String, eventLogPath: String, logger: Logger) throws {
         self.store = store
         self.remote = remote
+        // The last cursor is kept beside the store too: a log deleted, or cut short by a
+        // crash, never makes numbering start again from less.
+        let kept: String?
         do {
-            events = try EventLog(path: eventLogPath)
+            kept = try store.setting(Self.eventCursorSetting)
+            events = try EventLog(path: eventLogPath, lastCursor: kept.flatMap { Int64($0) } ?? 0)
         } catch {
-            throw CommandFailure("cannot open the event log \(eventLogPath): \(error.localizedDescription)")
+            throw CommandFailure("cannot open the event log \(eventLogPath): \(error)")
         }
         applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
         engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
             do {
-                try events.append(event)
+                let cursor = try events.append(event)
+                try store.setSetting(Self.eventCursorSetting, to: String(cursor))
             } catch {
-                logger.error("an event could not be written to the event log \(events.path): \(error.localizedDescription); it was \(event.reason.rawValue) for \(event.keys)")
+                logger.error("an event was not logged whole (\(error)); it was \(event.reason.rawValue) for \(event.keys)")
             }
             switch event.reason {
             case .refusedRemoteChange:

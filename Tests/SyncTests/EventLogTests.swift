@@ -17,7 +17,7 @@ struct EventLogTests {
 
     @Test("events are numbered one after another, across a restart of the log")
     func numbering() throws {
-        try withTemporaryDirectory { dir in
+        try withTemporaryDirectory { (dir) throws in
             let path = dir.path + "/store.events.jsonl"
             let log = try EventLog(path: path)
             for key in ["a", "b", "c"] { try log.append(event(key)) }
@@ -34,7 +34,7 @@ struct EventLogTests {
 
     @Test("a log over its size moves to PATH.1 and numbering goes on; a reader resumes across both files")
     func rotation() throws {
-        try withTemporaryDirectory { dir in
+        try withTemporaryDirectory { (dir) throws in
             let path = dir.path + "/store.events.jsonl"
             let first = try EventLog(path: path, maximumBytes: 300)
             for index in 0..<5 { try first.append(event("k\(index)")) }
@@ -49,16 +49,18 @@ struct EventLogTests {
 
     @Test("a reader whose next events are gone, or who is past the log's end, is told to resync first")
     func resync() throws {
-        try withTemporaryDirectory { dir in
+        try withTemporaryDirectory { (dir) throws in
             let path = dir.path + "/store.events.jsonl"
             for round in 0..<3 {  // three logs: the first is dropped by the second rotation
                 let log = try EventLog(path: path, maximumBytes: 300)
                 for index in 0..<5 { try log.append(event("r\(round)-\(index)")) }
             }
             let gone = EventHistory.resume(after: 2, at: path)
+            let oldest = try #require(cursors(gone.lines).first)
+            #expect(oldest > 3)
             #expect(gone.resync?.reason == .resync)
-            #expect(gone.resync?.message?.contains("oldest held is 6") == true, "\(String(describing: gone.resync))")
-            #expect(cursors(gone.lines) == Array(6...15))
+            #expect(gone.resync?.message?.contains("oldest held after it is \(oldest)") == true, "\(String(describing: gone.resync))")
+            #expect(cursors(gone.lines) == Array(oldest...15))
 
             let ahead = EventHistory.resume(after: 99, at: path)
             #expect(ahead.resync?.message?.contains("end at 15") == true)
@@ -73,7 +75,7 @@ struct EventLogTests {
 
     @Test("a line cut short, or that is not an event, is passed over; unnumbered lines of an older log are not resumed")
     func foreignLines() throws {
-        try withTemporaryDirectory { dir in
+        try withTemporaryDirectory { (dir) throws in
             let path = dir.path + "/store.events.jsonl"
             try """
                 {"keys":["old"],"reason":"server-change","time":"2026-01-01T00:00:00.000Z"}
@@ -86,6 +88,47 @@ struct EventLogTests {
             #expect(cursors(resumed.lines) == [7])
             try EventLog(path: path).append(event("next"))
             #expect(cursors(EventHistory.resume(after: 7, at: path).lines) == [8], "numbering goes on from the last whole line")
+        }
+    }
+
+    @Test("numbering never goes back: not below the cursor kept beside the store, nor past a line over 64 KiB")
+    func numberingGoesOn() throws {
+        try withTemporaryDirectory { (dir) throws in
+            let path = dir.path + "/store.events.jsonl"
+            #expect(try EventLog(path: path, lastCursor: 10).append(event("a")) == 11, "a log deleted: the kept cursor rules")
+            let many = SyncEvent(reason: .initialSync, keys: (0..<2000).map { "a-rather-long-key-name-\($0)" })
+            #expect(try EventLog(path: path).append(many) == 12)
+            #expect(try EventLog(path: path).append(event("b")) == 13, "the last line is over 64 KiB")
+        }
+    }
+
+    @Test("a log that grows over its size while written moves aside, and numbering goes on in the new one")
+    func rotationWhileWritten() throws {
+        try withTemporaryDirectory { (dir) throws in
+            let path = dir.path + "/store.events.jsonl"
+            let log = try EventLog(path: path, maximumBytes: 300)
+            for index in 0..<12 { try log.append(event("k\(index)")) }
+            #expect(FileManager.default.fileExists(atPath: path + ".1"))
+            let held = cursors(EventHistory.resume(after: 0, at: path).lines)
+            #expect(held.last == 12 && held == Array(held.first!...12), "\(held)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)).count < 600)
+        }
+    }
+
+    @Test("a gap in the held cursors (lines lost in a crash) is a resync, though the first one follows on")
+    func gap() throws {
+        try withTemporaryDirectory { (dir) throws in
+            let path = dir.path + "/store.events.jsonl"
+            try """
+                {"cursor":1,"keys":["a"],"reason":"server-change","time":"2026-01-01T00:00:01.000Z"}
+                {"cursor":2,"keys":["b"],"reason":"server-change","time":"2026-01-01T00:00:02.000Z"}
+                {"cursor":4,"keys":["d"],"reason":"server-change","time":"2026-01-01T00:00:04.000Z"}
+
+                """.write(toFile: path, atomically: true, encoding: .utf8)
+            let resumed = EventHistory.resume(after: 0, at: path)
+            #expect(resumed.resync?.message?.contains("between 2 and 4") == true, "\(String(describing: resumed.resync))")
+            #expect(cursors(resumed.lines) == [1, 2, 4])
+            #expect(EventHistory.resume(after: 4, at: path).resync == nil, "a reader past the gap has all there is")
         }
     }
 
