@@ -83,7 +83,7 @@ let package = Package(
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
         // The kvsfs command's own parts (the daemon's start and readiness), without running the binary.
-        .testTarget(name: "KVSFSCommandTests", dependencies: ["kvsfs", "KVTestSupport"]),
+        .testTarget(name: "KVSFSCommandTests", dependencies: ["kvsfs", "KVSync", "KVTestSupport"]),
     ]
 )
 

@@ -15,11 +15,16 @@ public enum EventHistory {
         public var offset: Int
     }
 
-    /// The events held in `path.1` and `path` after `cursor`. Held cursors must go on from
-    /// `cursor` one by one; anything else is a resync.
+    /// The events held in `path.1` and `path` after `cursor`.
     public static func resume(after cursor: Int64, at path: String) -> Resumption {
-        let older = completeLines(of: readFile(path + ".1"))
-        let current = completeLines(of: readFile(path))
+        resume(after: cursor, older: readFile(path + ".1"), current: readFile(path))
+    }
+
+    /// The events held in the two files' bytes (`PATH.1`'s and `PATH`'s) after `cursor`. Held
+    /// cursors must go on from `cursor` one by one; anything else is a resync.
+    public static func resume(after cursor: Int64, older olderBytes: [UInt8], current currentBytes: [UInt8]) -> Resumption {
+        let older = completeLines(of: olderBytes)
+        let current = completeLines(of: currentBytes)
         var held: [(cursor: Int64, line: String)] = []
         for line in older.lines + current.lines {
             if let numbered = Self.cursor(of: line) { held.append((numbered, line)) }
@@ -52,7 +57,7 @@ public enum EventHistory {
 
     /// A line's cursor, read alone: a line from a newer kvsfs (a reason this one does not
     /// know) still counts.
-    static func cursor(of line: String) -> Int64? {
+    public static func cursor(of line: String) -> Int64? {
         do {
             return try JSONDecoder().decode(Numbered.self, from: Data(line.utf8)).cursor
         } catch {
@@ -72,7 +77,7 @@ public enum EventHistory {
 
     /// The whole file, or nothing when it cannot be read (a reader of a log that is not there
     /// has nothing to resume from) or is not a regular file.
-    private static func readFile(_ path: String) -> [UInt8] {
+    public static func readFile(_ path: String) -> [UInt8] {
         guard isRegularFile(path) else { return [] }
         return FileManager.default.contents(atPath: path).map { [UInt8]($0) } ?? []
     }

@@ -1,4 +1,5 @@
 import Foundation
+import KVSync
 
 /// The mount's event log followed as it grows, and again from its start when a mount starts
 /// afresh with a new file (the old one moved to `PATH.1`).
@@ -14,7 +15,24 @@ struct EventFollower {
         identity = Self.identity(of: handle.fileDescriptor)
     }
 
-    mutating func skip(to offset: Int) { handle.seek(toFileOffset: UInt64(offset)) }
+    /// The lines to print first for a reader that stopped at `cursor` (a `resync` line first
+    /// when the log lacks some of what came after it), the follower left just past them. The
+    /// file read is the one followed: when a mount has moved it to `PATH.1` since it was
+    /// opened, it is not read twice, and the new log is followed from its start.
+    mutating func resume(after cursor: Int64) throws -> [String] {
+        handle.seek(toFileOffset: 0)
+        let current = [UInt8](handle.readDataToEndOfFile())
+        let older = isFollowing(path + ".1") ? [] : EventHistory.readFile(path + ".1")
+        let resumption = EventHistory.resume(after: cursor, older: older, current: current)
+        handle.seek(toFileOffset: UInt64(resumption.offset))
+        return try (resumption.resync.map { [try $0.jsonLine()] } ?? []) + resumption.lines
+    }
+
+    /// Whether `other` names the file being followed.
+    private func isFollowing(_ other: String) -> Bool {
+        var info = stat()
+        return stat(other, &info) == 0 && (UInt(info.st_dev), UInt(info.st_ino)) == identity
+    }
     mutating func skipToEnd() { handle.seekToEndOfFile() }
 
     /// Hands every whole line written from here on to `output`, for ever.

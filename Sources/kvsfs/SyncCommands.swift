@@ -83,11 +83,7 @@ struct Events: ParsableCommand {
         }
         var log = try EventFollower(path: path)
         if let since {
-            let resumption = EventHistory.resume(after: since, at: path)
-            var held = try resumption.resync.map { [try $0.jsonLine()] } ?? []
-            held += resumption.lines
-            FileHandle.standardOutput.write(Data(held.map { $0 + "\n" }.joined().utf8))
-            log.skip(to: resumption.offset)
+            FileHandle.standardOutput.write(Data(try log.resume(after: since).map { $0 + "\n" }.joined().utf8))
         } else if !all {
             log.skipToEnd()
         }
