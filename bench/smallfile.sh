@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Small-file benchmark: the shared anchors (tmpfs, memfs_ll) and kvsfs (release build) in one
 # run, with kvsfs/memfs_ll ratios per phase, then the daemon's resident memory with a full store.
+# The phases are smallfile_bench's five, then reread (bench/reread.c): every key read 10 times,
+# as configuration is read far more often than written.
 #
 #   bench/smallfile.sh [ROUNDS] [KEYS] [VALUE_BYTES]      (as root; defaults 5 1000 64)
 #
@@ -22,6 +24,7 @@ bench_work bench
 
 cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
 cc -O2 -o "$work/smallfile_bench" "$anchors/smallfile_bench.c"
+cc -O2 -D_GNU_SOURCE -o "$work/reread" "$here/reread.c"   # every key read 10 times (bench/reread.c)
 (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
 sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
 kvsfs="$repo/.build/release/kvsfs"
@@ -37,6 +40,7 @@ echo "smallfile_bench: $keys keys, $value_bytes-byte values, median of $rounds r
 for round in $(seq "$rounds"); do
     for fs in tmpfs memfs kvsfs; do
         "$work/smallfile_bench" "$work/$fs" "$keys" "$value_bytes" | awk -v fs="$fs" '{print fs, $1, $2}' >> "$work/results"
+        "$work/reread" "$work/$fs" "$keys" "$value_bytes" 10 | awk -v fs="$fs" '{print fs, $1, $2}' >> "$work/results"
     done
 done
 
@@ -51,10 +55,10 @@ function median(fs, phase,   n, i, v) {
 }
 { count[$1, $2]++; val[$1, $2, count[$1, $2]] = $3 }
 END {
-    split("write stat read overwrite unlink", order, " ")
-    split("0.6 1.0 1.0 0.6 0.6", target, " ")
+    split("write stat read overwrite unlink reread", order, " ")
+    split("0.6 1.0 1.0 0.6 0.6 3.0", target, " ")
     printf "%-10s %10s %10s %10s %15s %13s %8s\n", "phase", "tmpfs", "memfs_ll", "kvsfs", "kvsfs/memfs_ll", "round range", "target"
-    for (i = 1; i <= 5; i++) {
+    for (i = 1; i <= 6; i++) {
         p = order[i]; n = count["kvsfs", p]
         for (r = 1; r <= n; r++) ratio[r] = val["kvsfs", p, r] / val["memfs", p, r]
         sort(ratio, n)

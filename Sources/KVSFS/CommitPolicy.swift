@@ -43,7 +43,7 @@ extension KeyValueFileSystem {
         case .removed:
             return
         }
-        node.pageCacheTrusted = false
+        node.contentChanged()
         node.rendered = nil
     }
 
@@ -54,7 +54,7 @@ extension KeyValueFileSystem {
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))
         }
-        node.pageCacheTrusted = false
+        node.contentChanged()
         node.rendered = nil
     }
 

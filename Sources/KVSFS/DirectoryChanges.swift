@@ -89,7 +89,7 @@ extension KeyValueFileSystem {
             ns.names[name] = nil
             source.name = newName
             ns.names[newName] = source
-            source.pageCacheTrusted = false
+            source.contentChanged()
             source.rendered = nil
             ns.directoryModifiedAt = Date()
         }

@@ -9,20 +9,6 @@ import Testing
 /// Readers racing writers on one key: every read is a whole committed value.
 @Suite("Readers and writers", .serialized)
 struct ConcurrentReadTests {
-    /// What a reader got, byte for byte, from open to EOF.
-    private static func readWhole(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var content = [UInt8]()
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            guard count > 0 else { return count == 0 ? content : nil }
-            content += chunk[0..<count]
-        }
-    }
-
     @Test("8 writers rewriting a 20 KB value with O_TRUNC and 8 readers for 10 s: no read is empty or torn")
     func noTornReads() throws {
         try withMountedStore { m in
@@ -49,7 +35,7 @@ struct ConcurrentReadTests {
                     }
                 } else {
                     while Date() < deadline {
-                        let content = Self.readWhole(path) ?? []
+                        let content = readToEnd(path) ?? []
                         tally.withLock { t in
                             t.reads += 1
                             if content.isEmpty { t.empty += 1 } else if !committed.contains(content) { t.torn += 1 }

@@ -35,6 +35,20 @@ func readFile(_ path: String) throws -> String {
     try String(contentsOfFile: path, encoding: .utf8)
 }
 
+/// What a reader got, byte for byte, from open to EOF, as `cat` reads; nil if a call failed.
+func readToEnd(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var content = [UInt8]()
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return count == 0 ? content : nil }
+        content += chunk[0..<count]
+    }
+}
+
 func statSize(_ path: String) -> Int {
     var st = stat()
     return stat(path, &st) == 0 ? st.st_size : -1

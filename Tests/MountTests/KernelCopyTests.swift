@@ -1,0 +1,79 @@
+import Foundation
+import Glibc
+import KVSFS
+import KVStore
+import KVTestSupport
+import Synchronization
+import Testing
+
+/// A committed value of a page or less is handed to the kernel's page cache: reads after a
+/// write are the kernel's alone, and every one of them is a whole committed value.
+@Suite("Committed values in the kernel's page cache", .serialized)
+struct KernelCopyTests {
+    @Test("a read after a write is answered by the kernel: a change behind the mount's back is not seen until the next write")
+    func readAfterWriteIsTheKernels() throws {
+        try withMountedStore { m in
+            let path = m.path("k")
+            #expect(writeFile(path, "first\n") == nil)
+            let first = try PropertyListCodec.encodeXML(.string("first"))
+            // The store changes without a file operation: only a READ request would see it.
+            _ = try m.store.put(.string("after"), forKey: "k")  // as long as "first": the kernel's size check passes
+            #expect(Array(try readFile(path).utf8) == first)
+            #expect(Array(try readFile(path).utf8) == first)
+            // A write through the mount replaces what the kernel holds.
+            #expect(writeFile(path, "second\n") == nil)
+            #expect(try readFile(path).contains("<string>second</string>"))
+        }
+    }
+
+    @Test("a value that shrinks when committed (padded XML) reads back as exactly its canonical bytes")
+    func shrinkingValueReadsWhole() throws {
+        try withMountedStore { m in
+            let path = m.path("k")
+            let canonical = try PropertyListCodec.encodeXML(.string("small"))
+            let padded = Array(String(decoding: canonical, as: UTF8.self).replacingOccurrences(of: "<string>", with: String(repeating: " ", count: 3000) + "<string>").utf8)
+            #expect(padded.count > 3000)
+            #expect(writeFile(path, padded) == nil)
+            #expect(Array(try readFile(path).utf8) == canonical)
+            #expect(statSize(path) == canonical.count)
+            #expect(Array(try readFile(path).utf8) == canonical)
+        }
+    }
+
+    @Test("8 writers rewriting a small value (100 B to 4 KB) and 8 readers for 5 s: no read is empty or torn")
+    func noTornSmallReads() throws {
+        try withMountedStore { m in
+            let path = m.path("k")
+            // Lengths that grow and shrink across a page, each value in its canonical form.
+            let values = try (0..<8).map { writer in
+                try PropertyListCodec.encodeXML(.string(String(repeating: Character(UnicodeScalar(UInt8(97 + writer))), count: [60, 3800, 500, 3000, 1, 2000, 3850, 250][writer])))
+            }
+            #expect(values.allSatisfy { $0.count <= 4096 })
+            #expect(writeFile(path, values[0]) == nil)
+            let committed = Set(values)
+            let deadline = Date().addingTimeInterval(5)
+            let tally = Mutex((reads: 0, bad: 0, writes: 0, failedWrites: 0))
+            let finished = DispatchGroup()
+            for worker in 0..<16 {
+                finished.enter()
+                Thread {
+                    defer { finished.leave() }
+                    while Date() < deadline {
+                        if worker < 8 {
+                            let failed = writeFile(path, values[worker]) != nil
+                            tally.withLock { $0.writes += 1; if failed { $0.failedWrites += 1 } }
+                        } else {
+                            let content = readToEnd(path) ?? []
+                            tally.withLock { $0.reads += 1; if !committed.contains(content) { $0.bad += 1 } }
+                        }
+                    }
+                }.start()
+            }
+            finished.wait()
+            let result = tally.withLock { $0 }
+            #expect(result.reads > 100 && result.writes > 100, "\(result)")
+            #expect(result.failedWrites == 0, "\(result)")
+            #expect(result.bad == 0, "\(result)")
+        }
+    }
+}
