@@ -12,7 +12,7 @@ import PostgresNIO
 /// A push locks its store's row (`SELECT ... FOR UPDATE`), so pushes to one store through any
 /// instance take their cursors one after the other and commit in that order; it ends with
 /// `NOTIFY kvsfs_changes, 'STORE'`, which every instance `LISTEN`s to and turns into wake-ups
-/// of its long polls.
+/// of its long polls. Pushes arriving together share one transaction (`PushGroups`).
 public final class PostgresServerStorage: ServerStorage, AccountStorage {
     public static let channel = "kvsfs_changes"
     /// Notified with a token's id when it is revoked.
@@ -26,6 +26,15 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     let instance = UUID().uuidString.lowercased()
     let tokenCache = TokenCache()
     let admission: AdmissionPolicy
+    /// Pushes that arrive together commit together (`PushGroups`).
+    let pushGroups = PushGroups()
+
+    /// How many transactions pushes took, and how many pushes they held, since the storage
+    /// opened: pushes per transaction is what group commit saves.
+    public var pushTransactions: (transactions: Int, pushes: Int) {
+        let committed = pushGroups.committed
+        return (committed.groups, committed.pushes)
+    }
 
     public var accounts: any AccountStorage { self }
 

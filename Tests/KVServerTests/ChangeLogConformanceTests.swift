@@ -147,6 +147,60 @@ struct ChangeLogConformanceTests {
         }
     }
 
+    @Test("100 pushes at once, one with a mark that does not fit: each is answered as if alone, and the log holds the newest of each key",
+          arguments: Kind.allCases)
+    func concurrentPushes(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            _ = try await log.push([change("m", "marked")], to: store)
+            var mark = try #require(try await log.changes(in: store, after: 0, limit: 10).mark)
+            mark.stamp.time -= 1
+            let stale = mark
+            let base = Self.now
+            // Push i writes k(i % 10) and its own key; later pushes carry later stamps.
+            let pushes = (0..<100).map { i in
+                [change("k\(i % 10)", "v\(i)", time: base + Int64(i)), change("own\(i)", "v\(i)", time: base + Int64(i))]
+            }
+            let outcomes = try await withThrowingTaskGroup(of: (Int, PushOutcome?).self) { group in
+                for (i, changes) in pushes.enumerated() {
+                    group.addTask {
+                        if i == 50 {
+                            do {
+                                _ = try await log.push(changes, to: store, mark: stale)
+                            } catch let error as CloudError where error.isHistoryMismatch {
+                                return (i, nil)
+                            }
+                            Issue.record("the push with a mark that does not fit was taken")
+                            return (i, nil)
+                        }
+                        return (i, try await log.push(changes, to: store))
+                    }
+                }
+                var outcomes = [Int: PushOutcome?]()
+                for try await (i, outcome) in group { outcomes[i] = outcome }
+                return outcomes
+            }
+            for i in 0..<100 where i != 50 {
+                let outcome = try #require(outcomes[i] ?? nil)
+                #expect(Set(outcome.accepted) == Set(pushes[i]) && outcome.refused.isEmpty, "push \(i)")
+            }
+            var latest = [String: StampedChange]()
+            var cursor: Int64 = 0
+            while true {
+                let batch = try await log.changes(in: store, after: cursor, limit: 1000)
+                for change in batch.changes { latest[change.key] = change }
+                cursor = batch.cursor
+                if batch.complete { break }
+            }
+            #expect(latest["own50"] == nil, "the refused push stored nothing")
+            #expect(latest.count == 1 + 10 + 99)
+            for key in 0..<10 {
+                let newest = (0..<100).filter { $0 % 10 == key && $0 != 50 }.max()!
+                #expect(latest["k\(key)"] == pushes[newest][0])
+            }
+            #expect(cursor == (try await log.cursor(of: store)))
+        }
+    }
+
     @Test("a wait ends as soon as a change lands, and with false once its time is up", arguments: Kind.allCases)
     func wait(_ kind: Kind) async throws {
         try await withLog(kind) { log, store in
