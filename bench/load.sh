@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Server load benchmark (release build): one `kvsfs serve` on loopback (SQLite, or PostgreSQL
-# with `postgres`), WATCHERS clients watching STORES stores the way mounts do (each holds its
-# store's event stream), while writers push RATE changes per second, each to a random store.
+# with `postgres`; two instances on one PostgreSQL database with `postgres2`), WATCHERS clients
+# watching STORES stores the way mounts do (each holds its store's event stream), while writers
+# push RATE changes per second, each to a random store.
 #
-#   bench/load.sh [WATCHERS] [RATE] [SECONDS] [STORES] [sqlite|postgres]   (defaults 1000 500 30 250 sqlite)
+#   bench/load.sh [WATCHERS] [RATE] [SECONDS] [STORES] [sqlite|postgres|postgres2]   (defaults 1000 500 30 250 sqlite)
 #
 # Prints propagation from the start of a push to each watcher holding the change (p50, p99, max;
-# target p99 <= 250 ms), push latency, and the server's CPU and memory over the measured window.
-# The generator runs on the same machine, so the two share its cores.
+# target p99 <= 250 ms), push latency, and each instance's CPU and memory (and memory per
+# watcher) over the measured window. With two instances every store has watchers on both and
+# pushes take turns, and propagation across instances is shown on its own. The generator runs
+# on the same machine, so they share its cores; its own CPU time is printed last.
 set -euo pipefail
 watchers=${1:-1000}; rate=${2:-500}; seconds=${3:-30}; stores=${4:-250}; backend=${5:-sqlite}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,12 +25,21 @@ done
 kvsfs="$repo/.build/release/kvsfs"
 sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
 database="sqlite://$work/server.sqlite"
-if [ "$backend" = postgres ]; then bench_postgres_database; fi
+instances=1
+case "$backend" in
+    sqlite) ;;
+    postgres) bench_postgres_database ;;
+    postgres2) bench_postgres_database; instances=2 ;;
+    *) echo "bench: the backend is sqlite, postgres or postgres2, not $backend" >&2; exit 2 ;;
+esac
 ulimit -n "$(ulimit -Hn)"   # a socket per watcher, in the generator and in the server
 token=$("$kvsfs" account create load --database "$database")
-"$kvsfs" serve --listen 127.0.0.1:18790 --database "$database" --rate-limit 0 2>/dev/null & pids+=($!)
-server_pid=$!
-for _ in $(seq 200); do curl -sf http://127.0.0.1:18790/health >/dev/null && break; sleep 0.05; done
+servers=()
+for port in $(seq 18790 $((18789 + instances))); do
+    "$kvsfs" serve --listen "127.0.0.1:$port" --database "$database" --rate-limit 0 2>/dev/null & pids+=($!)
+    servers+=(--url "http://127.0.0.1:$port" --server-pid $!)
+    for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
+done
 
-"$repo/.build/release/kvsfs-load" --url http://127.0.0.1:18790 --token "$token" --account load \
-    --stores "$stores" --watchers "$watchers" --rate "$rate" --seconds "$seconds" --server-pid "$server_pid"
+"$repo/.build/release/kvsfs-load" "${servers[@]}" --token "$token" --account load \
+    --stores "$stores" --watchers "$watchers" --rate "$rate" --seconds "$seconds"

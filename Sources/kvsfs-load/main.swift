@@ -5,6 +5,10 @@
 // a random store; a change's value is the time it was pushed, so every watcher that fetches it
 // knows how long it took to arrive. Prints propagation percentiles, push latency, and the server's
 // CPU and memory over the measured window.
+//
+// Given several --url (server instances sharing one database), watchers of each store are spread
+// over them, pushes take turns, and propagation is also shown for changes that crossed from one
+// instance to another.
 import AsyncHTTPClient
 import Foundation
 import KVCloud
@@ -15,14 +19,14 @@ import NIOCore
 import Synchronization
 
 struct Options {
-    var url = "http://127.0.0.1:18790"
+    var urls: [String] = []
     var token = ""
     var account = "load"
     var stores = 250
     var watchers = 1000
     var rate = 500.0
     var seconds = 30.0
-    var serverPID: Int32?
+    var serverPIDs: [Int32] = []
 
     init(_ arguments: [String]) {
         var iterator = arguments.makeIterator()
@@ -33,24 +37,25 @@ struct Options {
                 return number
             }
             switch name {
-            case "--url": url = value
+            case "--url": urls.append(value)
             case "--token": token = value
             case "--account": account = value
             case "--stores": stores = number(Int.self)
             case "--watchers": watchers = number(Int.self)
             case "--rate": rate = number(Double.self)
             case "--seconds": seconds = number(Double.self)
-            case "--server-pid": serverPID = number(Int32.self)
+            case "--server-pid": serverPIDs.append(number(Int32.self))
             default: Self.usage()
             }
         }
-        if token.isEmpty { Self.usage() }
+        if token.isEmpty || stores < 1 || watchers < 0 || rate <= 0 || seconds <= 0 { Self.usage() }
+        if urls.isEmpty { urls = ["http://127.0.0.1:18790"] }
     }
 
     static func usage() -> Never {
         FileHandle.standardError.write(Data("""
-            usage: kvsfs-load --token TOKEN [--url URL] [--account A] [--stores N] [--watchers N]
-                              [--rate CHANGES_PER_SECOND] [--seconds S] [--server-pid PID]
+            usage: kvsfs-load --token TOKEN [--url URL]... [--account A] [--stores N] [--watchers N]
+                              [--rate CHANGES_PER_SECOND] [--seconds S] [--server-pid PID]...
 
             """.utf8))
         exit(64)
@@ -71,6 +76,8 @@ final class Tally: Sendable {
         /// When measuring began (µs): changes pushed before do not count.
         var start: Int64 = .max
         var propagation: [Int64] = []
+        /// Of those, the changes a watcher got from another instance than the one pushed to.
+        var crossing: [Int64] = []
         var pushLatency: [Int64] = []
         var pushed = 0
         /// Deliveries the accepted pushes owe: one per watcher of the store pushed to.
@@ -92,10 +99,15 @@ final class Tally: Sendable {
     func connected() { state.withLock { $0.connected += 1 } }
     var connectedCount: Int { state.withLock { $0.connected } }
 
-    /// A change pushed at `sent` (µs) reached a watcher now.
-    func delivered(sentAt sent: Int64) {
+    /// A change pushed at `sent` (µs) reached a watcher now, through another instance than
+    /// the one it was pushed to when `crossed`.
+    func delivered(sentAt sent: Int64, crossed: Bool) {
         let now = elapsedMicroseconds()
-        state.withLock { if $0.measuring, sent >= $0.start { $0.propagation.append(now - sent) } }
+        state.withLock {
+            guard $0.measuring, sent >= $0.start else { return }
+            $0.propagation.append(now - sent)
+            if crossed { $0.crossing.append(now - sent) }
+        }
     }
 
     func pushed(latency: Int64?, watchers: Int) {
@@ -113,8 +125,8 @@ final class Tally: Sendable {
 
     func watchFailed() { state.withLock { $0.watchErrors += 1 } }
 
-    var snapshot: (propagation: [Int64], pushLatency: [Int64], pushed: Int, expected: Int, pushErrors: Int, watchErrors: Int) {
-        state.withLock { ($0.propagation, $0.pushLatency, $0.pushed, $0.expected, $0.pushErrors, $0.watchErrors) }
+    var snapshot: (propagation: [Int64], crossing: [Int64], pushLatency: [Int64], pushed: Int, expected: Int, pushErrors: Int, watchErrors: Int) {
+        state.withLock { ($0.propagation, $0.crossing, $0.pushLatency, $0.pushed, $0.expected, $0.pushErrors, $0.watchErrors) }
     }
 }
 
@@ -122,8 +134,8 @@ struct LoadClient: Sendable {
     let client: HTTPClient
     let options: Options
 
-    func url(_ store: String, _ resource: WirePath.StoreResource, _ query: String = "") -> String {
-        options.url + WirePath.store(account: options.account, store: store, resource) + query
+    func url(_ store: String, _ resource: WirePath.StoreResource, _ query: String = "", instance: Int = 0) -> String {
+        options.urls[instance] + WirePath.store(account: options.account, store: store, resource) + query
     }
 
     func get<T: Decodable>(_ url: String, as type: T.Type, timeout: TimeAmount = .seconds(90)) async throws -> T {
@@ -137,12 +149,12 @@ struct LoadClient: Sendable {
 
     /// A mount's watch: the store's event stream, each batch's changes noted with their delay;
     /// opened again from the last cursor if it fails.
-    func watch(_ store: String, until deadline: ContinuousClock.Instant, tally: Tally) async {
-        var cursor: Int64 = (try? await get(url(store, .cursor, WireQuery.encode(after: 0, wait: 0)), as: CursorResponse.self).cursor) ?? 0
+    func watch(_ store: String, through instance: Int, until deadline: ContinuousClock.Instant, tally: Tally) async {
+        var cursor: Int64 = (try? await get(url(store, .cursor, WireQuery.encode(after: 0, wait: 0), instance: instance), as: CursorResponse.self).cursor) ?? 0
         var connected = false
         while ContinuousClock.now < deadline {
             do {
-                var request = HTTPClientRequest(url: url(store, .events, WireQuery.encode(after: cursor)))
+                var request = HTTPClientRequest(url: url(store, .events, WireQuery.encode(after: cursor), instance: instance))
                 request.headers.add(name: "Authorization", value: "Bearer \(options.token)")
                 let response = try await client.execute(request, deadline: .now() + .seconds(Int64(options.seconds) + 60))
                 guard response.status == .ok else { throw LoadError(status: Int(response.status.code)) }
@@ -157,7 +169,9 @@ struct LoadClient: Sendable {
                     while let event = ServerSentEvents.next(in: &pending) {
                         guard let batch = try ChangeEvent.batch(in: event) else { continue }
                         for change in batch.changes {
-                            if let sent = change.value.flatMap(Self.sentTime) { tally.delivered(sentAt: sent) }
+                            if let (sent, pushedTo) = change.value.flatMap(Self.sentTime) {
+                                tally.delivered(sentAt: sent, crossed: pushedTo != instance)
+                            }
                         }
                         cursor = batch.cursor
                     }
@@ -171,16 +185,16 @@ struct LoadClient: Sendable {
     }
 
     /// One change, timed from the push's start to its answer.
-    func push(key: String, to storeIndex: Int, sequence: Int32, tally: Tally) async {
+    func push(key: String, to storeIndex: Int, through instance: Int, sequence: Int32, tally: Tally) async {
         let store = "s\(storeIndex)"
         // Watcher w watches store w % stores.
         let watchers = options.watchers / options.stores + (storeIndex < options.watchers % options.stores ? 1 : 0)
         let sent = elapsedMicroseconds()
-        let value = Data("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<plist version=\"1.0\">\n<string>\(sent)</string>\n</plist>\n".utf8)
+        let value = Data("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<plist version=\"1.0\">\n<string>\(sent) \(instance)</string>\n</plist>\n".utf8)
         let change = StampedChange(key: key, value: value, type: .string,
                                    stamp: ChangeStamp(time: Int64(Date().timeIntervalSince1970 * 1000), counter: sequence, device: "load-writer"))
         do {
-            var request = HTTPClientRequest(url: url(store, .changes))
+            var request = HTTPClientRequest(url: url(store, .changes, instance: instance))
             request.method = .POST
             request.headers.add(name: "Authorization", value: "Bearer \(options.token)")
             request.headers.add(name: "Content-Type", value: "application/json")
@@ -193,10 +207,13 @@ struct LoadClient: Sendable {
         }
     }
 
-    static func sentTime(_ value: Data) -> Int64? {
+    /// When a change was pushed (µs) and the instance it was pushed to, from its value.
+    static func sentTime(_ value: Data) -> (Int64, Int)? {
         guard let text = String(data: value, encoding: .utf8), let open = text.range(of: "<string>"),
               let close = text.range(of: "</string>") else { return nil }
-        return Int64(text[open.upperBound..<close.lowerBound])
+        let fields = text[open.upperBound..<close.lowerBound].split(separator: " ")
+        guard fields.count == 2, let sent = Int64(fields[0]), let instance = Int(fields[1]) else { return nil }
+        return (sent, instance)
     }
 }
 
@@ -227,19 +244,24 @@ configuration.timeout.connect = .seconds(10)
 let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
 let load = LoadClient(client: client, options: options)
 let tally = Tally()
+// Each instance's memory before any watcher connects: what watchers add is measured from here.
+let idle = options.serverPIDs.map(processUsage)
 let warmup = 5.0
 let deadline = ContinuousClock.now + .seconds(warmup + options.seconds + 2)
 
 await withTaskGroup(of: Void.self) { group in
     for watcher in 0..<options.watchers {
-        group.addTask { await load.watch("s\(watcher % options.stores)", until: deadline, tally: tally) }
+        // Watcher w watches store w % stores, through instance (w / stores) % instances: every
+        // store has watchers on every instance.
+        let instance = (watcher / options.stores) % options.urls.count
+        group.addTask { await load.watch("s\(watcher % options.stores)", through: instance, until: deadline, tally: tally) }
     }
     group.addTask {
         // Writers start once every watcher has connected (or after the warm-up), at a steady rate.
         let connectBy = ContinuousClock.now + .seconds(warmup)
         while tally.connectedCount < options.watchers, ContinuousClock.now < connectBy { try? await Task.sleep(for: .milliseconds(50)) }
         try? await Task.sleep(for: .seconds(1))
-        let before = options.serverPID.flatMap(processUsage)
+        let before = options.serverPIDs.map(processUsage)
         let started = ContinuousClock.now
         tally.startMeasuring()
         let interval = Duration.seconds(1 / options.rate)
@@ -248,7 +270,8 @@ await withTaskGroup(of: Void.self) { group in
             for n in 0..<total {
                 try? await Task.sleep(until: started + interval * n, clock: .continuous)
                 let store = Int.random(in: 0..<options.stores)
-                pushes.addTask { await load.push(key: "k\(n % 64)", to: store, sequence: Int32(n), tally: tally) }
+                let instance = n % options.urls.count
+                pushes.addTask { await load.push(key: "k\(n % 64)", to: store, through: instance, sequence: Int32(n), tally: tally) }
             }
         }
         // Let the last changes arrive, then stop counting.
@@ -256,10 +279,11 @@ await withTaskGroup(of: Void.self) { group in
         tally.stopMeasuring()
         let wall = (ContinuousClock.now - started)
         let seconds = Double(wall.components.seconds) + Double(wall.components.attoseconds) / 1e18
-        let after = options.serverPID.flatMap(processUsage)
+        let after = options.serverPIDs.map(processUsage)
         let mine = processUsage(getpid())
         let result = tally.snapshot
         let propagation = result.propagation.sorted()
+        let crossing = result.crossing.sorted()
         let pushes = result.pushLatency.sorted()
         print("""
             load: \(options.watchers) watchers (\(tally.connectedCount) connected) on \(options.stores) stores, \
@@ -270,9 +294,21 @@ await withTaskGroup(of: Void.self) { group in
               propagation push -> watcher: p50 \(percentile(propagation, 0.5)) ms, p99 \(percentile(propagation, 0.99)) ms, \
             max \(percentile(propagation, 1)) ms (target p99 <= 250 ms: \(String(format: "%.2f", percentile(propagation, 0.99) / 250)) of it)
             """)
-        if let before, let after {
-            print(String(format: "  server: CPU %.0f%% of one core over %.1f s, RSS %.1f MB at the end, peak %.1f MB",
-                         (after.cpu - before.cpu) / seconds * 100, seconds, Double(after.rssKB) / 1024, Double(after.peakKB) / 1024))
+        if options.urls.count > 1 {
+            print("""
+                  across instances (\(crossing.count) deliveries): p50 \(percentile(crossing, 0.5)) ms, \
+                p99 \(percentile(crossing, 0.99)) ms, max \(percentile(crossing, 1)) ms
+                """)
+        }
+        for index in before.indices {
+            guard let idle = idle[index], let before = before[index], let after = after[index] else { continue }
+            // Memory per watcher: what the instance's resident memory grew by once its watchers
+            // connected (before any push), over the watchers it holds.
+            let held = Double(options.watchers) / Double(options.serverPIDs.count)
+            print(String(format: "  server %d: CPU %.0f%% of one core over %.1f s, RSS %.1f MB idle, %.1f MB with watchers (%.1f KB per watcher), %.1f MB at the end, peak %.1f MB",
+                         index + 1, (after.cpu - before.cpu) / seconds * 100, seconds, Double(idle.rssKB) / 1024,
+                         Double(before.rssKB) / 1024, Double(before.rssKB - idle.rssKB) / max(1, held),
+                         Double(after.rssKB) / 1024, Double(after.peakKB) / 1024))
         }
         if let mine {
             print(String(format: "  this generator: CPU %.1f s in all, RSS %.1f MB", mine.cpu, Double(mine.rssKB) / 1024))
