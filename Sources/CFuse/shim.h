@@ -34,14 +34,6 @@ static inline void cfuse_file_info_set_open_flags(struct fuse_file_info *fi, int
     fi->noflush = noflush ? 1 : 0;
 }
 
-/* FUSE_BUFVEC_INIT is a macro: store `size` bytes at `offset` of a file in the kernel's
-   page cache through a one-buffer vector built here. */
-static inline int cfuse_notify_store(struct fuse_session *se, fuse_ino_t ino, off_t offset, const void *bytes, size_t size) {
-    struct fuse_bufvec vector = FUSE_BUFVEC_INIT(size);
-    vector.buf[0].mem = (void *)bytes;
-    return fuse_lowlevel_notify_store(se, ino, offset, &vector, 0);
-}
-
 static inline int cfuse_args_add(struct fuse_args *args, const char *arg) {
     return fuse_opt_add_arg(args, arg);
 }

@@ -39,10 +39,6 @@ public protocol FuseFileSystem: AnyObject, Sendable {
 
     /// The errno a thrown error is answered with. One place decides it.
     func errno(for error: any Error) -> Int32
-
-    /// Hands the file system the kernel's caches of this mount, once mounted, before the first
-    /// request.
-    func mounted(kernelCache: KernelCache)
 }
 
 /// What a file system that leaves an operation out answers: ENOSYS, which the kernel takes
@@ -50,7 +46,6 @@ public protocol FuseFileSystem: AnyObject, Sendable {
 /// and answers for itself), or, where a request has no reply, nothing at all. Only lookup,
 /// getattr and `errno(for:)` have no default.
 extension FuseFileSystem {
-    public func mounted(kernelCache: KernelCache) {}
     public func forget(inode: InodeNumber, lookups: UInt64) {}
     public func setattr(inode: InodeNumber, changes: AttributeChanges, handle: FileHandle?, context: RequestContext) throws -> AttributesReply {
         throw Errno.notImplemented

@@ -12,7 +12,6 @@ public final class FuseMount: @unchecked Sendable {
     public let mountpoint: String
     private let session: OpaquePointer
     private let box: Unmanaged<FileSystemBox>
-    private let kernelCache: KernelCache
     private let unmountedHere = Mutex(false)
     private let handlesSignals = Mutex(false)
 
@@ -38,12 +37,9 @@ public final class FuseMount: @unchecked Sendable {
             throw FuseMountError(description: "cannot mount on \(mountpoint) (is /dev/fuse there, and are you allowed to mount?)")
         }
         self.session = session
-        kernelCache = KernelCache(session: session)
-        fileSystem.mounted(kernelCache: kernelCache)
     }
 
     deinit {
-        kernelCache.end()
         fuse_session_destroy(session)
         box.release()
     }

@@ -6,14 +6,6 @@ import Glibc
 /// from its own worker threads.
 func makeLowLevelOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
-    // The page cache holds what the file system puts there: kept at open when it says so
-    // (`OpenReply.keepCache`), filled by `KernelCache`. Without this the kernel would also drop
-    // a file's pages whenever a fresh GETATTR shows a new mtime (libfuse's default
-    // auto_inval_data), and a value handed to it after a commit would be dropped at the first
-    // read, which refreshes the attributes the handing invalidated.
-    ops.`init` = { _, connection in
-        connection!.pointee.want &= ~UInt32(FUSE_CAP_AUTO_INVAL_DATA)
-    }
     ops.lookup = { req, parent, name in
         serve(req) { fs, context in
             switch try fs.lookup(parent: InodeNumber(parent), name: try string(name), context: context) {

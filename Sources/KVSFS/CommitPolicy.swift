@@ -43,7 +43,7 @@ extension KeyValueFileSystem {
         case .removed:
             return
         }
-        node.contentChanged()
+        node.pageCacheTrusted = false
         node.rendered = nil
     }
 
@@ -54,7 +54,7 @@ extension KeyValueFileSystem {
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))
         }
-        node.contentChanged()
+        node.pageCacheTrusted = false
         node.rendered = nil
     }
 

@@ -89,7 +89,7 @@ extension KeyValueFileSystem {
             ns.names[name] = nil
             source.name = newName
             ns.names[newName] = source
-            source.contentChanged()
+            source.pageCacheTrusted = false
             source.rendered = nil
             ns.directoryModifiedAt = Date()
         }

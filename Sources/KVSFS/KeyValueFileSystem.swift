@@ -30,10 +30,6 @@ public final class KeyValueFileSystem: FuseFileSystem {
     let logger: Logger
     let state: GuardedNamespace
     let sync: (any MountSynchronizer)?
-    /// The kernel's caches of the mount, once mounted (`KernelCopies.swift`).
-    let kernelCache = Mutex<KernelCache?>(nil)
-    /// Held while a copy is handed to the kernel: one at a time (`hand(_:)`).
-    let handing = Mutex(())
 
     public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(), sync: (any MountSynchronizer)? = nil,
                 logger: Logger = Logger(label: "kvsfs")) {

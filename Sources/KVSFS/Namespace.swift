@@ -23,16 +23,8 @@ final class Node {
     var lookups: UInt64 = 0
     var openHandles = 0
     var openWriters = 0
-    /// Whether the kernel's page cache holds this node's current content: a reader's open
-    /// may keep it.
+    /// Whether the kernel's page cache holds this node's current content.
     var pageCacheTrusted = false
-    /// Counts changes of the content, and of what the kernel may think it is (a writer's
-    /// open or write changes the kernel's size for the file): a copy handed to the kernel
-    /// (`KernelCopy`) is current while this has not moved since it was taken.
-    private(set) var contentEpoch: UInt64 = 0
-    /// Whether the kernel was given the current content after its last change. Once no writer
-    /// is open, that makes the page cache trusted.
-    var kernelHoldsContent = false
     /// The value rendered in a non-XML format, for the XML it was rendered from.
     var rendered: (xml: [UInt8], bytes: [UInt8])?
 
@@ -44,14 +36,6 @@ final class Node {
     }
 
     fileprivate(set) var kind: Kind
-
-    /// The content changed, or the kernel's idea of it may have: the page cache is no longer
-    /// trusted, and no copy taken before is current.
-    func contentChanged() {
-        contentEpoch &+= 1
-        pageCacheTrusted = false
-        kernelHoldsContent = false
-    }
 
     var isRemoved: Bool {
         if case .removed = kind { return true }

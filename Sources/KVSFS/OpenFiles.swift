@@ -81,52 +81,42 @@ extension KeyValueFileSystem {
             file.buffer = buffer
             file.dirty = true
             file.commitRefusal = nil
-            file.node.contentChanged()  // the kernel's size for the file follows the write
             return bytes.count
         }
     }
 
     public func flush(inode: InodeNumber, handle: FileHandle, context: RequestContext) throws {
         let decoded = decodeUnlocked(handle)
-        let copy = try state.withLock { ns in
+        try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
-            return try commitForKernel(file, decoded: decoded, in: &ns)
+            try commit(file, decoded: decoded, in: &ns)
         }
-        hand(copy)
     }
 
     public func fsync(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
         let decoded = decodeUnlocked(handle)
-        let copy = try state.withLock { ns in
+        try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
-            let copy = try commitForKernel(file, decoded: decoded, in: &ns)
+            try commit(file, decoded: decoded, in: &ns)
             try store.makeDurable()
-            return copy
         }
-        hand(copy)
     }
 
     public func release(inode: InodeNumber, handle: FileHandle) {
         let decoded = decodeUnlocked(handle)
-        let copy = state.withLock { ns -> KernelCopy? in
-            guard let file = ns.handles.removeValue(forKey: handle) else { return nil }
-            var copy: KernelCopy?
+        state.withLock { ns in
+            guard let file = ns.handles.removeValue(forKey: handle) else { return }
             if file.dirty, file.writeRefusal == nil, file.commitRefusal == nil {
                 do {
-                    copy = try commitForKernel(file, decoded: decoded, in: &ns)
+                    try commit(file, decoded: decoded, in: &ns)
                 } catch {
                     logger.warning("a write to \(file.node.name) closed without flush was refused: \(error)")
                 }
             }
             file.node.openHandles -= 1
-            if file.writable {
-                file.node.openWriters -= 1
-                if file.node.openWriters == 0, file.node.kernelHoldsContent { file.node.pageCacheTrusted = true }
-            }
+            if file.writable { file.node.openWriters -= 1 }
             ns.dropIfUnused(file.node)
-            return copy
         }
-        hand(copy)
     }
 
     func open(_ node: Node, flags: OpenFlags, remoteWrite: RemoteWrite?, in ns: inout Namespace) -> OpenReply {
@@ -135,7 +125,7 @@ extension KeyValueFileSystem {
         var keepCache = false
         if file.writable {
             node.openWriters += 1
-            node.contentChanged()
+            node.pageCacheTrusted = false
             if flags.truncates {
                 file.buffer = []
                 file.dirty = true

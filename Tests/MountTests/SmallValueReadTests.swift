@@ -6,26 +6,10 @@ import KVTestSupport
 import Synchronization
 import Testing
 
-/// A committed value of a page or less is handed to the kernel's page cache: reads after a
-/// write are the kernel's alone, and every one of them is a whole committed value.
-@Suite("Committed values in the kernel's page cache", .serialized)
-struct KernelCopyTests {
-    @Test("a read after a write is answered by the kernel: a change behind the mount's back is not seen until the next write")
-    func readAfterWriteIsTheKernels() throws {
-        try withMountedStore { m in
-            let path = m.path("k")
-            #expect(writeFile(path, "first\n") == nil)
-            let first = try PropertyListCodec.encodeXML(.string("first"))
-            // The store changes without a file operation: only a READ request would see it.
-            _ = try m.store.put(.string("after"), forKey: "k")  // as long as "first": the kernel's size check passes
-            #expect(Array(try readFile(path).utf8) == first)
-            #expect(Array(try readFile(path).utf8) == first)
-            // A write through the mount replaces what the kernel holds.
-            #expect(writeFile(path, "second\n") == nil)
-            #expect(try readFile(path).contains("<string>second</string>"))
-        }
-    }
-
+/// Small values, which the kernel caches in one page, read back whole: exactly their
+/// committed bytes, whatever the writer wrote, and never torn by writers racing readers.
+@Suite("Small values read whole", .serialized)
+struct SmallValueReadTests {
     @Test("a value that shrinks when committed (padded XML) reads back as exactly its canonical bytes")
     func shrinkingValueReadsWhole() throws {
         try withMountedStore { m in
