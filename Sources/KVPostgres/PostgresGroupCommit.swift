@@ -10,13 +10,14 @@ import PostgresNIO
 // each push decided by `CloudLedger` in turn against the rows its predecessors left, then
 // every written row in one statement, every store's totals and notification in another.
 // Round trips: begin, lock and read, write the rows, update the stores, commit; the same for
-// one push or hundreds.
+// one push or hundreds (and once per store and instance, the statement that makes its row).
 
 extension PostgresServerStorage {
     /// Commits `group` and answers each push in order: its outcome, or its own refusal (a mark
     /// that does not fit) with the others unaffected, or the transaction's error for all.
     func commit(_ group: [GroupedPush]) async -> [Result<PushOutcome, CloudError>] {
         do {
+            try await createStores(of: group)
             return try await run {
                 try await client.withTransaction(logger: logger) { db in
                     try await decideAndWrite(group, db)
@@ -30,24 +31,14 @@ extension PostgresServerStorage {
     private func decideAndWrite(_ group: [GroupedPush], _ db: PostgresConnection) async throws -> [Result<PushOutcome, CloudError>] {
         let stores = Array(Set(group.map(\.store))).sorted()
         var locked = try await Self.lock(stores, keys: group, db, logger)
-        let missing = stores.filter { locked.states[$0] == nil }
-        if !missing.isEmpty {
-            // A store's row is made on its first push.
-            let limits = QuotaLimits.modelled
-            try await db.query("""
-                INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes)
-                SELECT id, 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes)
-                FROM unnest(\(missing)::text[]) AS id
-                ON CONFLICT (id) DO NOTHING
-                """, logger: logger)
-            locked = try await Self.lock(stores, keys: group, db, logger)
-        }
         var results = [Result<PushOutcome, CloudError>]()
         var written = [RowKey]()  // in the order first written; each once
         var seen = Set<RowKey>()
         var changedStores = Set<String>()
         for push in group {
             guard let state = locked.states[push.store] else {
+                // Its row went (the account was removed) after it was made: made again on a retry.
+                knownStores.withLock { _ = $0.remove(push.store) }
                 results.append(.failure(.unavailable("store \(push.store) vanished during a push")))
                 continue
             }
@@ -94,30 +85,40 @@ extension PostgresServerStorage {
         let key: String
     }
 
-    /// Each key's latest change, in one INSERT of many rows (each key once: the group's last).
+    /// Each key's latest change, in one INSERT of any number of rows (each key once: the
+    /// group's last), as arrays: nine parameters, whatever the group's size.
     private static func write(_ rows: [(store: String, row: KeyRow)], _ db: PostgresConnection, _ logger: Logger) async throws {
-        var binds = PostgresBindings(capacity: rows.count * 8)
-        var tuples = [String]()
-        tuples.reserveCapacity(rows.count)
-        for (index, (store, row)) in rows.enumerated() {
-            let first = index * 8 + 1
-            tuples.append("(" + (first..<first + 8).map { "$\($0)" }.joined(separator: ", ") + ")")
-            let change = row.change
-            binds.append(store)
-            binds.append(change.key)
-            try binds.append(change.value)
-            binds.append(change.type?.rawValue)
-            binds.append(change.stamp.time)
-            binds.append(change.stamp.counter)
-            binds.append(change.stamp.device)
-            binds.append(row.cursor)
-        }
-        try await db.query(PostgresQuery(unsafeSQL: """
+        let changes = rows.map(\.row.change)
+        // bytea[] and text[] hold no NULL here: a tombstone is flagged, a missing type is ''.
+        try await db.query("""
             INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
-            VALUES \(tuples.joined(separator: ", "))
+            SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END, NULLIF(type, ''), time, counter, device, cursor
+            FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
+                        \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
+                        \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
+                        \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[])
+                AS row(store, key, value, tombstone, type, time, counter, device, cursor)
             ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                 counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
-            """, binds: binds), logger: logger)
+            """, logger: logger)
+    }
+
+    /// Makes the rows of the group's stores that this instance has not seen yet, each in a
+    /// statement of its own before the group's transaction: made inside it, a new row would be
+    /// locked out of the order of names that keeps instances from deadlocking.
+    private func createStores(of group: [GroupedPush]) async throws(CloudError) {
+        let unseen = knownStores.withLock { known in Set(group.map(\.store)).subtracting(known).sorted() }
+        guard !unseen.isEmpty else { return }
+        let limits = QuotaLimits.modelled
+        try await run {
+            try await client.query("""
+                INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes)
+                SELECT id, 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes)
+                FROM unnest(\(unseen)::text[]) AS id
+                ON CONFLICT (id) DO NOTHING
+                """, logger: logger)
+        }
+        knownStores.withLock { $0.formUnion(unseen) }
     }
 
     /// What a group's lock read: each store's state, and the rows of the keys its pushes name.
@@ -129,7 +130,8 @@ extension PostgresServerStorage {
     /// Locks the rows of `stores` (in the order of their ids) and reads their states with the
     /// rows of the keys `group` names; a store without a row is missing from `states`.
     private static func lock(_ stores: [String], keys group: [GroupedPush], _ db: PostgresConnection, _ logger: Logger) async throws -> Locked {
-        let pairs = group.flatMap { push in push.keys.map { (push.store, $0) } }
+        var seen = Set<RowKey>()
+        let pairs = group.flatMap { push in push.keys.map { (push.store, $0) } }.filter { seen.insert(RowKey(store: $0.0, key: $0.1)).inserted }
         let rows = try await db.query("""
             WITH locked AS (
                 SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes FROM kvsfs_store

@@ -4,6 +4,7 @@ import KVServer
 import KVStore
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// A server's storage in PostgreSQL, shared by any number of server instances: the same rows
 /// as `SQLiteCloudStorage` (a store's totals, each key's latest change and the cursor it was
@@ -28,6 +29,8 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     let admission: AdmissionPolicy
     /// Pushes that arrive together commit together (`PushGroups`).
     let pushGroups = PushGroups()
+    /// Stores whose row this instance has seen made (`createStores`).
+    let knownStores = Mutex(Set<String>())
 
     /// How many transactions pushes took, and how many pushes they held, since the storage
     /// opened: pushes per transaction is what group commit saves.

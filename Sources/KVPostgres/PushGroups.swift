@@ -8,7 +8,8 @@ import Synchronization
 ///
 /// Invariants: at most one group is committing at a time (in this instance); pushes are
 /// committed in the order they arrived; a group holds at most `maxChanges` changes (a push
-/// larger than that commits alone), so its statements stay within PostgreSQL's bind limit.
+/// larger than that commits alone), which bounds a transaction's work, not its statements
+/// (they send arrays, whatever their length).
 final class PushGroups: Sendable {
     /// A push waiting for its group.
     struct Waiting: Sendable {

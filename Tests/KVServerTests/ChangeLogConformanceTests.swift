@@ -241,16 +241,16 @@ struct ChangeLogConformanceTests {
 
     /// A device back from a long time offline pushes many changes to keys the log holds (here
     /// deletions, which no key quota bounds): the push is taken whole, in one decision.
-    @Test("a push of 2,000 changes to keys the log holds is taken whole", arguments: Kind.allCases)
+    @Test("a push of 10,000 changes (the most one request carries) to keys the log holds is taken whole", arguments: Kind.allCases)
     func largePush(_ kind: Kind) async throws {
         try await withLog(kind) { log, store in
             func deletions(at time: Int64) -> [StampedChange] {
-                (0..<2000).map { StampedChange.tombstone("k\($0)", stamp: ChangeStamp(time: time, counter: 0, device: "a")) }
+                (0..<10_000).map { StampedChange.tombstone("k\($0)", stamp: ChangeStamp(time: time, counter: 0, device: "a")) }
             }
-            #expect(try await log.push(deletions(at: Self.now - 1000), to: store).accepted.count == 2000)
+            #expect(try await log.push(deletions(at: Self.now - 1000), to: store).accepted.count == 10_000)
             let outcome = try await log.push(deletions(at: Self.now), to: store)
-            #expect(outcome.accepted.count == 2000 && outcome.refused.isEmpty)
-            #expect(try await log.cursor(of: store) == 4000)
+            #expect(outcome.accepted.count == 10_000 && outcome.refused.isEmpty)
+            #expect(try await log.cursor(of: store) == 20_000)
         }
     }
 
