@@ -90,5 +90,5 @@ let package = Package(
 // libFuzzer targets (scripts/fuzz). The executable links only with -sanitize=fuzzer, so it is
 // part of the package only when KVSFS_FUZZ is set; no NIO, so that a sanitizer build stays quick.
 if Context.environment["KVSFS_FUZZ"] != nil {
-    package.targets.append(.executableTarget(name: "kvsfs-fuzz", dependencies: ["KVStore", "KVSFS", "KVWire"]))
+    package.targets.append(.executableTarget(name: "kvsfs-fuzz", dependencies: ["KVStore", "KVSFS", "KVSync", "KVWire"]))
 }

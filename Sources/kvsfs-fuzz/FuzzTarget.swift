@@ -1,6 +1,6 @@
 /// The parsers kvsfs-fuzz can drive; each checks its own invariants and traps when one fails.
 enum FuzzTarget: String, CaseIterable {
-    case plist, keyname, journal, request
+    case plist, keyname, journal, request, events
 
     /// Chosen once in main.swift, before libFuzzer calls `run` for the first time.
     nonisolated(unsafe) static var selected = FuzzTarget.plist
@@ -11,6 +11,7 @@ enum FuzzTarget: String, CaseIterable {
         case .keyname: KeyNameFuzzing.run(bytes)
         case .journal: JournalFuzzing.run(bytes)
         case .request: RequestFuzzing.run(bytes)
+        case .events: EventLogFuzzing.run(bytes)
         }
     }
 }
