@@ -130,16 +130,12 @@ extension KeyValueFileSystem {
 
     public func getxattr(inode: InodeNumber, name: String) throws -> [UInt8] {
         if inode == .root {
-            guard let sync else { throw FileSystemError.noSuchAttribute }
-            if name == Self.synchronizeAttribute {
-                try sync.synchronize()
+            if name == Self.synchronizeAttribute || name == Self.replaceAttribute {
+                guard let sync else { throw FileSystemError.noSuchAttribute }
+                try name == Self.synchronizeAttribute ? sync.synchronize() : sync.replaceWithRemote()
                 return Array("done".utf8)
             }
-            if name == Self.replaceAttribute {
-                try sync.replaceWithRemote()
-                return Array("done".utf8)
-            }
-            guard let value = sync.rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
+            guard let value = try rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
             return Array(value.utf8)
         }
         return try state.withLock { ns in
@@ -156,11 +152,17 @@ extension KeyValueFileSystem {
     }
 
     public func listxattr(inode: InodeNumber) throws -> [String] {
-        if inode == .root { return sync?.rootAttributes().keys.sorted() ?? [] }
+        if inode == .root { return try rootAttributes().keys.sorted() }
         return try state.withLock { ns in
             guard try existingNode(inode, in: ns).isKey else { return [] }
             return sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
         }
+    }
+
+    /// The root's attributes: the mount's status, on every mount, and sync's own when it syncs.
+    func rootAttributes() throws -> [String: String] {
+        let status = MountStatus(store: store, location: configuration.location, sync: sync?.standing())
+        return try status.attributes().merging(sync?.rootAttributes() ?? [:]) { _, sync in sync }
     }
 
     public func setxattr(inode: InodeNumber, name: String, value: [UInt8], flags: Int32) throws {

@@ -17,10 +17,14 @@ public struct MountConfiguration: Sendable {
     /// fetches, and an explicit `kvsfs sync --replace-with-remote`, which takes the remote's
     /// values, as a read-only mirror of the remote should be able to.
     public var readOnly: Bool
+    /// Where the store lives, shown on the root (`user.kvsfs.store`, ...); nil when the store
+    /// was opened by path alone.
+    public var location: StoreLocation?
 
     public init(format: ValueFormat = .xml, cacheTimeout: Double = 3600, maxPendingFiles: Int = 256,
-                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false) {
+                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false, location: StoreLocation? = nil) {
         self.readOnly = readOnly
+        self.location = location
         self.format = format
         self.cacheTimeout = cacheTimeout
         self.maxPendingFiles = maxPendingFiles

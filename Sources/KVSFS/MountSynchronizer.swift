@@ -1,3 +1,4 @@
+import FoundationEssentials
 import FuseKit
 import KVStore
 
@@ -38,6 +39,39 @@ public protocol MountSynchronizer: Sendable {
 
     /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
     func rootAttributes() -> [String: String]
+
+    /// Where sync stands now, for the mount's status (`MountStatus`).
+    func standing() -> SyncStanding
+}
+
+/// Where sync stands, in the terms the mount's status shows.
+public struct SyncStanding: Sendable, Equatable {
+    /// The outcome of the last round with the remote.
+    public enum Reachability: Sendable, Equatable {
+        /// No round has ended yet.
+        case connecting
+        /// The last round succeeded.
+        case reachable
+        /// The last round failed, for this reason.
+        case offline(String)
+    }
+
+    /// The remote as the mount names it (`user.kvsfs.remote`).
+    public var remote: String
+    public var reachability: Reachability
+    /// When a round last succeeded (wall-clock time); nil if none has.
+    public var lastSync: Date?
+    /// The event log's path and the cursor of its last event (0 before the first).
+    public var eventLog: String
+    public var eventCursor: Int64
+
+    public init(remote: String, reachability: Reachability, lastSync: Date?, eventLog: String, eventCursor: Int64) {
+        self.remote = remote
+        self.reachability = reachability
+        self.lastSync = lastSync
+        self.eventLog = eventLog
+        self.eventCursor = eventCursor
+    }
 }
 
 /// Why a request that waits on the remote (`kvsfs sync`, fsync of the root) failed.

@@ -39,6 +39,9 @@ public final class EventLog: Sendable {
 
     deinit { state.withLock { close($0.descriptor) } }
 
+    /// The cursor of the last event logged, across restarts; 0 before the first.
+    public var lastCursor: Int64 { state.withLock { $0.next - 1 } }
+
     /// Writes `event` with the next cursor and returns it; throws when the line could not be
     /// written whole (the cursor is then not used up). A log grown over its size moves to
     /// `PATH.1` first.

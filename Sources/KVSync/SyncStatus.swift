@@ -1,7 +1,7 @@
 import Foundation
 
 extension SyncEngine {
-    /// How the engine stands, for `user.kvsfs.sync` on the mount's root.
+    /// How the engine stands, for the mount's root (`user.kvsfs.sync`, `kvsfs status`).
     public struct Status: Sendable, Equatable {
         /// The error the last round (or push) ended with; nil once a round succeeds.
         public var lastError: String?

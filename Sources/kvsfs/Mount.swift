@@ -101,7 +101,7 @@ struct Mount: ParsableCommand {
         }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
-            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly),
+            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location),
             sync: sync, logger: logger)
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks

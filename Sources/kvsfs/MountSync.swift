@@ -101,6 +101,14 @@ final class MountSync: MountSynchronizer {
         ]
     }
 
+    func standing() -> SyncStanding {
+        let status = engine.status
+        let reachability: SyncStanding.Reachability =
+            status.lastError.map { .offline($0) } ?? (status.lastSync == nil ? .connecting : .reachable)
+        return SyncStanding(remote: remote.description, reachability: reachability, lastSync: status.lastSync,
+                            eventLog: events.path, eventCursor: events.lastCursor)
+    }
+
     /// Runs `work` from a FUSE request thread, waiting for it within `waits`' bounds; errors
     /// become the mount's.
     private func wait(for work: @escaping @Sendable () async throws -> Void) throws {

@@ -198,7 +198,7 @@ struct DocumentationTests {
         let manual = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
             .appendingPathComponent("../../man/kvsfs.1").standardizedFileURL.path
         let rendered = try shell("LC_ALL=C.UTF-8 MANWIDTH=200 man -l \(manual)").standardOutput
-        for command in ["mount", "get", "set", "delete", "sync", "events", "serve", "account create", "token create", "token revoke", "token list"] {
+        for command in ["mount", "get", "set", "delete", "sync", "status", "events", "serve", "account create", "token create", "token revoke", "token list"] {
             #expect(rendered.contains("kvsfs \(command)"), "kvsfs \(command)")
             let help = try run(kvsfsBinary, command.split(separator: " ").map(String.init) + ["--help"]).standardOutput
             let options = Set(help.split(whereSeparator: { " ,.;()\n[]<>|=".contains($0) }).filter {

@@ -19,6 +19,10 @@ private final class OneApplierDoor: MountSynchronizer {
     func pushNow() throws { throw SyncFailure.busy("2 requests already wait on the remote: retry") }
     func replaceWithRemote() throws { throw SyncFailure.authorizationRefused("unknown or revoked token") }
     func rootAttributes() -> [String: String] { ["user.kvsfs.sync": "synced"] }
+    func standing() -> SyncStanding {
+        SyncStanding(remote: "file:///cloud.sqlite", reachability: .offline("connection refused"), lastSync: nil,
+                     eventLog: "/events.jsonl", eventCursor: 0)
+    }
 }
 
 @Suite("The door between the mount and sync")
