@@ -17,10 +17,14 @@ public struct MountConfiguration: Sendable {
     /// fetches, and an explicit `kvsfs sync --replace-with-remote`, which takes the remote's
     /// values, as a read-only mirror of the remote should be able to.
     public var readOnly: Bool
+    /// Whether defaults may be registered (`--defaults`, `KeyValueFileSystem.registerDefaults`):
+    /// the kernel then caches no negative look-up, as a name may gain a default at any time.
+    public var registersDefaults: Bool
 
     public init(format: ValueFormat = .xml, cacheTimeout: Double = 3600, maxPendingFiles: Int = 256,
-                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false) {
+                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false, registersDefaults: Bool = false) {
         self.readOnly = readOnly
+        self.registersDefaults = registersDefaults
         self.format = format
         self.cacheTimeout = cacheTimeout
         self.maxPendingFiles = maxPendingFiles
