@@ -34,8 +34,8 @@ extension KeyValueFileSystem {
                 switch node.kind {
                 case .placeholder, .editorFile:
                     node.modifiedAt = date(of: change)
-                case .key, .removed:
-                    break  // A key's mtime is when its value last changed.
+                case .key, .registeredDefault, .removed:
+                    break  // A key's mtime is when its value last changed, a default's when it was registered.
                 }
             }
             return AttributesReply(attributes: attributes(of: node), timeout: attributeTimeout(of: node))
@@ -60,22 +60,29 @@ extension KeyValueFileSystem {
         switch node.kind {
         case .key(let key):
             guard let entry = store.entry(forKey: key) else { return [] }
-            guard configuration.format != .xml else { return entry.xml }
-            if let rendered = node.rendered, rendered.xml == entry.xml { return rendered.bytes }
-            do {
-                let bytes = try PropertyListCodec.encode(try PropertyListCodec.decode(entry.xml), as: configuration.format)
-                node.rendered = (entry.xml, bytes)
-                return bytes
-            } catch {
-                logger.error("cannot render \(key) as \(configuration.format): \(error)")
-                return entry.xml
-            }
+            return rendering(entry.xml, ofKey: key, in: node)
+        case .registeredDefault(let key, let registered):
+            return rendering(registered.xml, ofKey: key, in: node)
         case .placeholder:
             return []
         case .editorFile(let file):
             return file.content
         case .removed(let content):
             return content
+        }
+    }
+
+    /// A value's canonical XML in the mount's format, rendered once per value.
+    private func rendering(_ xml: [UInt8], ofKey key: String, in node: Node) -> [UInt8] {
+        guard configuration.format != .xml else { return xml }
+        if let rendered = node.rendered, rendered.xml == xml { return rendered.bytes }
+        do {
+            let bytes = try PropertyListCodec.encode(try PropertyListCodec.decode(xml), as: configuration.format)
+            node.rendered = (xml, bytes)
+            return bytes
+        } catch {
+            logger.error("cannot render \(key) as \(configuration.format): \(error)")
+            return xml
         }
     }
 
@@ -103,7 +110,7 @@ extension KeyValueFileSystem {
     }
 
     func entry(for node: Node) -> Entry {
-        Entry(attributes: attributes(of: node), attributeTimeout: attributeTimeout(of: node), entryTimeout: configuration.cacheTimeout)
+        Entry(attributes: attributes(of: node), attributeTimeout: attributeTimeout(of: node), entryTimeout: entryTimeout(of: node))
     }
 
     func rootAttributes(_ ns: Namespace) -> AttributesReply {
@@ -140,12 +147,22 @@ extension KeyValueFileSystem {
         }
         return try state.withLock { ns in
             let node = try existingNode(inode, in: ns)
-            guard case .key(let key) = node.kind, let entry = store.entry(forKey: key) else {
+            let type: ValueType
+            let syncState: String
+            switch node.kind {
+            case .key(let key):
+                guard let entry = store.entry(forKey: key) else { throw FileSystemError.noSuchAttribute }
+                type = entry.type
+                syncState = (store.syncState(forKey: key) ?? .pending).rawValue
+            case .registeredDefault(_, let registered):
+                type = registered.value.type
+                syncState = Self.defaultSyncState
+            case .placeholder, .editorFile, .removed:
                 throw FileSystemError.noSuchAttribute
             }
             switch name {
-            case Self.typeAttribute: return Array(entry.type.rawValue.utf8)
-            case Self.syncAttribute where sync != nil: return Array((store.syncState(forKey: key) ?? .pending).rawValue.utf8)
+            case Self.typeAttribute: return Array(type.rawValue.utf8)
+            case Self.syncAttribute where sync != nil: return Array(syncState.utf8)
             default: throw FileSystemError.noSuchAttribute
             }
         }
@@ -154,7 +171,8 @@ extension KeyValueFileSystem {
     public func listxattr(inode: InodeNumber) throws -> [String] {
         if inode == .root { return try rootAttributes().keys.sorted() }
         return try state.withLock { ns in
-            guard try existingNode(inode, in: ns).isKey else { return [] }
+            let node = try existingNode(inode, in: ns)
+            guard node.isKey || node.isRegisteredDefault else { return [] }
             return sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
         }
     }

@@ -36,6 +36,9 @@ extension KeyValueFileSystem {
             try store.put(try decode(content, reusing: decoded), forKey: key)
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))
+        case .registeredDefault(let key, _):
+            try store.put(try decode(content, reusing: decoded), forKey: key)
+            ns.setKind(node, .key(key))
         case .editorFile(var file):
             file.content = content
             ns.setKind(node, .editorFile(file))
@@ -50,9 +53,13 @@ extension KeyValueFileSystem {
     /// Makes a remote change the node's value, as the change itself (its stamp, its sync state).
     func commitExternal(_ remote: RemoteWrite, to node: Node, in ns: inout Namespace) throws {
         try store.applyExternal([remote.change], mode: remote.mode)
-        if case .placeholder(let key) = node.kind, store.entry(forKey: key) != nil {
+        switch node.kind {
+        case .placeholder(let key), .registeredDefault(let key, _):
+            guard store.entry(forKey: key) != nil else { break }
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))
+        case .key, .editorFile, .removed:
+            break
         }
         node.pageCacheTrusted = false
         node.rendered = nil

@@ -24,6 +24,12 @@ extension KeyValueFileSystem {
                 } else {
                     try store.removeValue(forKey: key)
                 }
+            case .registeredDefault(let key, _):
+                // Only the applier removes one, for a remote deletion racing a local one.
+                guard let remote = sync?.remoteWrite(in: context), remote.change.key == key, remote.change.isTombstone else {
+                    throw FileSystemError.registeredDefault(key)
+                }
+                try store.applyExternal([remote.change], mode: remote.mode)
             case .editorFile(let file):
                 try deleteHiddenKey(of: file, heldBy: node, in: &ns)
             case .placeholder, .removed:
@@ -79,6 +85,13 @@ extension KeyValueFileSystem {
             case (.placeholder, .editorFile):
                 if let target { try discardEditorFile(target, in: &ns) }
                 ns.setKind(source, .editorFile(EditorFile(content: [], hiddenKey: nil)))
+            case (.registeredDefault(let key, _), .key):
+                throw FileSystemError.registeredDefault(key)
+            case (.registeredDefault, .editorFile):
+                // An editor's backup of a default (vim's `k` → `k~`) is a copy: the default
+                // stays under its own name, which the next look-up finds again.
+                if let target { try discardEditorFile(target, in: &ns) }
+                ns.setKind(source, .editorFile(EditorFile(content: content(of: source), hiddenKey: nil)))
             case (.removed, _):
                 throw FileSystemError.noSuchFile
             }

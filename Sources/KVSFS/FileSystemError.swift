@@ -29,6 +29,9 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case exchangeNotSupported
     /// The mount is read-only (`-o ro`).
     case readOnlyMount
+    /// The file shows the default registered for a key without a value: there is no value to
+    /// remove or move. Writing the file gives the key a value.
+    case registeredDefault(String)
 }
 
 /// The one place that turns an error into the errno a request is answered with.
@@ -55,7 +58,7 @@ public enum ErrnoMapping {
             case .fileExists: return EEXIST
             case .notADirectory: return ENOTDIR
             case .directoriesNotSupported, .linksNotSupported, .specialFilesNotSupported,
-                 .permissionsFixed, .ownershipFixed, .attributeReadOnly: return EPERM
+                 .permissionsFixed, .ownershipFixed, .attributeReadOnly, .registeredDefault: return EPERM
             case .noSuchAttribute: return ENODATA
             case .attributesNotSupported: return EOPNOTSUPP
             case .badHandle, .notOpenForWriting: return EBADF

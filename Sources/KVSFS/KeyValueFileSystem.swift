@@ -53,7 +53,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard try classify(name) != nil, let node = try visibleNode(named: name, in: &ns) else {
-                return .notFound(timeout: configuration.cacheTimeout)
+                return .notFound(timeout: negativeLookupTimeout)
             }
             node.lookups += 1
             return .found(entry(for: node))
@@ -69,9 +69,10 @@ public final class KeyValueFileSystem: FuseFileSystem {
     public func opendir(inode: InodeNumber) throws -> FileHandle {
         try state.withLock { ns in
             guard inode == .root else { throw FileSystemError.notADirectory }
-            var names = store.keys().compactMap { key in ns.hiddenKeys[key] == nil ? KeyFileName.fileName(forKey: key) : nil }
-            for (name, node) in ns.names where !node.isKey { names.append(name) }
-            names.sort()
+            var listed = Swift.Set(store.keys().compactMap { key in ns.hiddenKeys[key] == nil ? KeyFileName.fileName(forKey: key) : nil })
+            for (name, node) in ns.names where !node.isKey { listed.insert(name) }
+            for key in ns.defaults.values.keys where ns.hiddenKeys[key] == nil { listed.insert(KeyFileName.fileName(forKey: key)) }
+            let names = listed.sorted()
             var listing = [
                 DirectoryEntry(name: ".", inode: .root, kind: .directory, nextOffset: 1),
                 DirectoryEntry(name: "..", inode: .root, kind: .directory, nextOffset: 2),
@@ -147,11 +148,20 @@ public final class KeyValueFileSystem: FuseFileSystem {
     }
 
     /// The node a name in the directory stands for, making one for a key seen for the first time.
+    /// A key without a value shows its registered default, if it has one.
     func visibleNode(named name: String, in ns: inout Namespace) throws -> Node? {
-        if let node = ns.names[name] { return node }
-        guard let key = KeyFileName.key(forFileName: name), ns.hiddenKeys[key] == nil,
-              let entry = store.entry(forKey: key) else { return nil }
-        return ns.addNode(name: name, kind: .key(key), modifiedAt: entry.modifiedAt)
+        if let node = ns.names[name] {
+            // A value that reached the store without a write through this file (a remote change
+            // applied straight to the store) replaces the default.
+            if case .registeredDefault(let key, _) = node.kind, store.entry(forKey: key) != nil { ns.setKind(node, .key(key)) }
+            return node
+        }
+        guard let key = KeyFileName.key(forFileName: name), ns.hiddenKeys[key] == nil else { return nil }
+        if let entry = store.entry(forKey: key) {
+            return ns.addNode(name: name, kind: .key(key), modifiedAt: entry.modifiedAt)
+        }
+        guard let registered = ns.defaults[key] else { return nil }
+        return ns.addNode(name: name, kind: .registeredDefault(key, registered), modifiedAt: ns.defaultsRegisteredAt)
     }
 
     func existingNode(_ inode: InodeNumber, in ns: Namespace) throws -> Node {
@@ -166,10 +176,10 @@ extension Node {
         return false
     }
 
-    /// The key a key or placeholder stands for.
+    /// The key a key, placeholder or registered default stands for.
     var key: String? {
         switch kind {
-        case .key(let key), .placeholder(let key): key
+        case .key(let key), .placeholder(let key), .registeredDefault(let key, _): key
         case .editorFile, .removed: nil
         }
     }

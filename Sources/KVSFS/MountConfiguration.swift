@@ -20,11 +20,16 @@ public struct MountConfiguration: Sendable {
     /// Where the store lives, shown on the root (`user.kvsfs.store`, ...); nil when the store
     /// was opened by path alone.
     public var location: StoreLocation?
+    /// Whether defaults may be registered (`--defaults`, `KeyValueFileSystem.registerDefaults`):
+    /// the kernel then caches no negative look-up, as a name may gain a default at any time.
+    public var registersDefaults: Bool
 
     public init(format: ValueFormat = .xml, cacheTimeout: Double = 3600, maxPendingFiles: Int = 256,
-                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false, location: StoreLocation? = nil) {
+                uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false, location: StoreLocation? = nil,
+                registersDefaults: Bool = false) {
         self.readOnly = readOnly
         self.location = location
+        self.registersDefaults = registersDefaults
         self.format = format
         self.cacheTimeout = cacheTimeout
         self.maxPendingFiles = maxPendingFiles

@@ -10,6 +10,9 @@ final class Node {
         case key(String)
         /// A new, empty file that becomes the key when a value is written to it.
         case placeholder(String)
+        /// A key with no value, showing the default registered for it (`RegisteredDefaults`);
+        /// it becomes the key when a value is written to it.
+        case registeredDefault(String, RegisteredDefaults.Value)
         /// An editor's or tool's scratch file, kept in memory only.
         case editorFile(EditorFile)
         /// Unlinked; open handles still read what it held.
@@ -48,7 +51,7 @@ extension Node.Kind {
     var isPending: Bool {
         switch self {
         case .placeholder, .editorFile: true
-        case .key, .removed: false
+        case .key, .registeredDefault, .removed: false
         }
     }
 }
@@ -108,8 +111,13 @@ struct Namespace {
     var nextInode: UInt64 = InodeNumber.root.rawValue + 1
     var nextHandle: UInt64 = 1
     var directoryModifiedAt: Date
+    /// The defaults shown for keys without a value.
+    var defaults = RegisteredDefaults()
+    /// When `defaults` were registered: the modification time of the files showing them.
+    var defaultsRegisteredAt: Date
 
     init(now: Date) {
+        defaultsRegisteredAt = now
         directoryModifiedAt = now
     }
 

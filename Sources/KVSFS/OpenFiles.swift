@@ -14,7 +14,9 @@ extension KeyValueFileSystem {
             let node = try existingNode(inode, in: ns)
             if flags.isWritable { try checkMayChange(context) }
             if flags.isWritable, node.key != nil { try checkWritable(context) }
-            return open(node, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns)
+            let remoteWrite = sync?.remoteWrite(in: context)
+            if flags.isWritable { try checkMayBecomeKey(node, remoteWrite: remoteWrite) }
+            return open(node, flags: flags, remoteWrite: remoteWrite, in: &ns)
         }
     }
 
@@ -27,6 +29,7 @@ extension KeyValueFileSystem {
             if case .key = nameClass { try checkWritable(context) }
             if let existing = try visibleNode(named: name, in: &ns) {
                 if flags.exclusive { throw FileSystemError.fileExists }
+                if flags.isWritable { try checkMayBecomeKey(existing, remoteWrite: sync?.remoteWrite(in: context)) }
                 existing.lookups += 1
                 return (entry(for: existing), open(existing, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns))
             }
@@ -152,7 +155,7 @@ extension KeyValueFileSystem {
         switch node.kind {
         case .editorFile:
             if length > limits.valueBytes { throw FileSystemError.editorFileTooLarge(limit: limits.valueBytes) }
-        case .key(let key), .placeholder(let key):
+        case .key(let key), .placeholder(let key), .registeredDefault(let key, _):
             if length > limits.valueBytes { throw StoreError.valueTooLarge(size: length, limit: limits.valueBytes) }
             let current = store.entry(forKey: key)?.size ?? 0
             let available = limits.totalBytes - (store.usage.bytes - current)
@@ -162,6 +165,12 @@ extension KeyValueFileSystem {
         case .removed:
             break
         }
+    }
+
+    /// Refuses, up front, writing a file that shows a default when the store holds its limit of
+    /// keys (ENOSPC): its value would be a new key. The applier always may.
+    func checkMayBecomeKey(_ node: Node, remoteWrite: RemoteWrite?) throws {
+        if node.isRegisteredDefault, remoteWrite == nil { try store.ledger.checkNewKey(usage: store.usage) }
     }
 
     /// Refuses any change through a read-only mount (EROFS), but the applier's.

@@ -46,6 +46,10 @@ struct Mount: ParsableCommand {
     @Option(name: .customLong("tls-ca"), help: "Trust the CA certificate(s) in this PEM file for an https remote, besides the system's.")
     var tlsCA: String?
 
+    @Option(name: .customLong("defaults"), help: "A property list whose root dictionary registers a default value for each of its keys: shown while the key has no value, never synced, reloaded on SIGHUP.",
+            completion: .file(extensions: ["plist"]))
+    var defaultsFile: String?
+
     func validate() throws {
         guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
         for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
@@ -94,6 +98,13 @@ struct Mount: ParsableCommand {
         }
         let newLimits = requestedLimits(over: keyValueStore.limits)
         if let newLimits { try keyValueStore.setLimits(newLimits) }
+        let defaults = defaultsFile.map(DefaultsFile.init)
+        let registered: RegisteredDefaults?
+        do {
+            registered = try defaults?.load(limits: keyValueStore.limits)
+        } catch {
+            throw CommandFailure("invalid defaults file \(defaults!.path): \(error)")
+        }
 
         let sync = try makeRemote(dataDirectory: dataDirectory, limits: newLimits).map { remote in
             try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
@@ -101,8 +112,10 @@ struct Mount: ParsableCommand {
         }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
-            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location),
+            configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location,
+                                              registersDefaults: defaults != nil),
             sync: sync, logger: logger)
+        if let registered { fileSystem.registerDefaults(registered) }
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
         // permissions (0644 files, 0755 directory, owned by the mounting user).
@@ -115,6 +128,7 @@ struct Mount: ParsableCommand {
             throw CommandFailure(error.description)
         }
         mount.handleSignals()
+        if let defaults { try HangupReload.install { defaults.reload(into: fileSystem, logger: logger) } }
         sync?.start()
         MountProbe.whenAnswering(path) { Readiness.ready() }
         let status = mount.run()

@@ -61,7 +61,7 @@ struct MountOptions {
     static let valued: [String: String] = [
         "remote": "--remote", "data_dir": "--data-dir", "token_file": "--token-file", "tls_ca": "--tls-ca",
         "format": "--format", "quota_total": "--quota-total", "quota_value": "--quota-value",
-        "quota_keys": "--quota-keys", "quota_key_length": "--quota-key-length",
+        "quota_keys": "--quota-keys", "quota_key_length": "--quota-key-length", "defaults": "--defaults",
     ]
     /// Options without a value, and the `kvsfs mount` flag each stands for.
     static let flags: [String: String] = ["allow_other": "--allow-other", "ro": "--read-only"]
@@ -85,7 +85,8 @@ struct MountOptions {
                 if name == "data_dir" { dataDirectory = value }
             } else if name == "foreground", value == nil {
                 foreground = true
-            } else if Self.ignored.contains(name) || name.hasPrefix("x-") || name == "comment" {
+            } else if Self.ignored.contains(name) && (value == nil || Self.valued[name] == nil) || name.hasPrefix("x-") || name == "comment" {
+                // `defaults` alone is fstab's placeholder; `defaults=FILE` is the option above.
                 continue
             } else {
                 throw CommandFailure("unknown mount option '\(option)'\(Self.valued[name] != nil ? ": it needs a value" : "")")

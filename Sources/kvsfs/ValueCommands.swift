@@ -126,17 +126,32 @@ enum ValueFile {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw CommandFailure("cannot read \(path): \(explain(errno))") }
         defer { close(fd) }
+        do {
+            return try readToEnd(fd)
+        } catch {
+            throw CommandFailure("cannot read \(path): \(explain(error.code))")
+        }
+    }
+
+    /// Why `readToEnd` stopped: the errno of the read that failed.
+    struct ReadFailure: Error {
+        let code: Int32
+    }
+
+    /// The bytes of `fd` up to its end, or up to the first read that takes them past `limit`.
+    static func readToEnd(_ fd: Int32, stoppingPast limit: Int = .max) throws(ReadFailure) -> [UInt8] {
         var bytes = [UInt8]()
         var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
+        while bytes.count <= limit {
             let count = Glibc.read(fd, &chunk, chunk.count)
             if count < 0 {
                 if errno == EINTR { continue }
-                throw CommandFailure("cannot read \(path): \(explain(errno))")
+                throw ReadFailure(code: errno)
             }
-            if count == 0 { return bytes }
+            if count == 0 { break }
             bytes.append(contentsOf: chunk[0..<count])
         }
+        return bytes
     }
 
     static func write(_ bytes: [UInt8], to path: String) throws {

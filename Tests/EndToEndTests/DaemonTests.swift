@@ -50,6 +50,7 @@ struct DaemonTests {
     @Test("a bad option or mountpoint is one line and exit 1, and nothing is mounted", arguments: [
         ("bogus", "unknown mount option 'bogus'"),
         ("remote", "unknown mount option 'remote': it needs a value"),
+        ("defaults=", "unknown mount option 'defaults=': it needs a value"),
         ("format=json", "--format must be xml or binary"),
         ("quota_keys=0", "--quota-keys must be a positive number"),
     ])

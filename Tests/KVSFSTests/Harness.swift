@@ -13,10 +13,11 @@ final class Harness {
     let fs: KeyValueFileSystem
     let context = RequestContext(threadID: 100, uid: getuid(), gid: getgid())
 
-    init(limits: QuotaLimits? = nil, format: ValueFormat = .xml, readOnly: Bool = false, sync: (any MountSynchronizer)? = nil) throws {
+    init(limits: QuotaLimits? = nil, format: ValueFormat = .xml, readOnly: Bool = false, registersDefaults: Bool = false,
+         sync: (any MountSynchronizer)? = nil) throws {
         store = try makeStore(in: directory, limits: limits)
-        fs = KeyValueFileSystem(store: store, configuration: MountConfiguration(format: format, readOnly: readOnly), sync: sync,
-                                logger: .silent)
+        let configuration = MountConfiguration(format: format, readOnly: readOnly, registersDefaults: registersDefaults)
+        fs = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, logger: .silent)
     }
 
     deinit { directory.remove() }
