@@ -38,13 +38,16 @@ extension SQLiteCloudStorage {
             self.db = db
             self.store = store
             let limits = QuotaLimits.modelled
-            try db.cachedStatement(sql: """
-                INSERT OR IGNORE INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
-                VALUES (?, 0, 0, 0, ?, ?, ?, ?)
-                """).execute(arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM cloudStore WHERE id = ?"), arguments: [store]) else {
-                throw UnreadableRow("store \(store) has no row")
+            let select = try db.cachedStatement(sql: "SELECT * FROM cloudStore WHERE id = ?")
+            var found = try Row.fetchOne(select, arguments: [store])
+            if found == nil {
+                try db.cachedStatement(sql: """
+                    INSERT OR IGNORE INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes)
+                    VALUES (?, 0, 0, 0, ?, ?, ?, ?)
+                    """).execute(arguments: [store, limits.totalBytes, limits.valueBytes, limits.keys, limits.keyNameBytes])
+                found = try Row.fetchOne(select, arguments: [store])
             }
+            guard let row = found else { throw UnreadableRow("store \(store) has no row") }
             state = CloudStoreState(limits: try Self.limits(row),
                                     usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
                                     cursor: try row.decode(forColumn: "cursor"))
@@ -60,25 +63,43 @@ extension SQLiteCloudStorage {
         }
 
         /// The stored latest change of each of `keys` that has one, and why for each whose row
-        /// cannot be read.
+        /// cannot be read. One statement per `lookupBatch` keys, not one per key.
         func current(_ keys: Set<String>) throws -> (rows: [String: StampedChange], unreadable: [String: String]) {
-            let statement = try db.cachedStatement(sql: """
-                SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device FROM cloudChange
-                WHERE store = ? AND key = CAST(? AS TEXT)
-                """)
             var rows = [String: StampedChange]()
             var unreadable = [String: String]()
-            for key in keys {
-                // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
-                guard let row = try Row.fetchOne(statement, arguments: [store, Data(key.utf8)]) else { continue }
-                do {
-                    rows[key] = try SQLiteCloudStorage.change(row)
-                } catch {
-                    unreadable[key] = String(describing: error)
+            var remaining = keys[...]
+            while !remaining.isEmpty {
+                let batch = remaining.prefix(Self.lookupBatch)
+                remaining = remaining.dropFirst(batch.count)
+                // Rounded up to a power of two by repeating a key: few statements to prepare and cache.
+                var width = 1
+                while width < batch.count { width *= 2 }
+                let statement = try db.cachedStatement(sql: """
+                    SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device FROM cloudChange
+                    WHERE store = ? AND key IN (\(Array(repeating: "CAST(? AS TEXT)", count: width).joined(separator: ", ")))
+                    """)
+                // The keys as bytes: GRDB binds text only up to a NUL, which a key may hold.
+                var arguments: [any DatabaseValueConvertible] = [store]
+                arguments += batch.map { Data($0.utf8) }
+                arguments += Array(repeating: Data(batch[batch.startIndex].utf8), count: width - batch.count)
+                let cursor = try Row.fetchCursor(statement, arguments: StatementArguments(arguments))
+                while let row = try cursor.next() {
+                    // Equal, byte for byte, to the key it was looked up by.
+                    let keyBytes: Data = try row.decode(forColumn: "key")
+                    let key = String(decoding: keyBytes, as: UTF8.self)
+                    do {
+                        rows[key] = try SQLiteCloudStorage.change(row)
+                    } catch {
+                        unreadable[key] = String(describing: error)
+                    }
                 }
             }
             return (rows, unreadable)
         }
+
+        /// The most keys one statement of `current` looks up: far below SQLite's limit on
+        /// parameters (32766).
+        static let lookupBatch = 256
 
         func apply(_ decision: PushDecision) throws {
             guard !decision.writes.isEmpty else { return }

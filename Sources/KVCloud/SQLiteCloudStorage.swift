@@ -119,8 +119,9 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     /// Inside the push's transaction: the mark is checked against the rows the push decides by.
     private static func push(_ admission: Admission, to store: String, mark: HistoryMark?, _ db: Database) throws -> PushOutcome {
-        try check(mark, in: store, db)
         let table = try Table(db: db, store: store)
+        // A store made by this very transaction has cursor 0: a mark fails, and the push rolls back.
+        if let mark { try mark.check(newest: table.state.cursor, held: try self.mark(in: store, key: mark.key, db)) }
         let (current, unreadable) = try table.current(admission.keys)
         let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
         try table.apply(decision)

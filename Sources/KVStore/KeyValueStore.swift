@@ -24,8 +24,12 @@ public final class KeyValueStore: Sendable {
 
     struct State {
         var entries: [String: Entry]
-        /// Every key's latest change, deleted keys included: its stamp and sync state.
-        var changes: [String: ChangeMeta]
+        /// Every key's latest change, deleted keys included: its stamp and sync state. Set only
+        /// through `setChange`, which keeps `pendingKeys` in step.
+        private(set) var changes: [String: ChangeMeta]
+        /// The keys whose latest change is pending: exactly those of `changes` in `.pending`, so
+        /// that a push finds its changes without looking at every key.
+        private(set) var pendingKeys: Set<String>
         var limits: QuotaLimits
         var usedBytes: Int
         var revision: UInt64 = 0
@@ -35,7 +39,39 @@ public final class KeyValueStore: Sendable {
         let journal: ChangeJournal
         /// Journaled rows the database refused, kept rather than dropped (`quarantined`).
         let quarantine: ChangeJournal
+        /// Settings read or written since the store opened (nil: known to be unset), as the
+        /// database holds them: every write of a setting goes through the store, which holds
+        /// its database alone. A round of sync reads its position twice.
+        var settings: [String: String?] = [:]
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
+
+        /// The pending keys are rebuilt from the sync states of `changes`: what the database holds
+        /// with the journal replayed into it.
+        init(entries: [String: Entry], changes: [String: ChangeMeta], limits: QuotaLimits, usedBytes: Int,
+             lastSequence: Int64, clock: HybridLogicalClock, journal: ChangeJournal, quarantine: ChangeJournal) {
+            self.entries = entries
+            self.changes = changes
+            pendingKeys = Set(changes.lazy.filter { $0.value.syncState == .pending }.map(\.key))
+            self.limits = limits
+            self.usedBytes = usedBytes
+            self.lastSequence = lastSequence
+            self.clock = clock
+            self.journal = journal
+            self.quarantine = quarantine
+        }
+
+        /// Sets `key`'s latest change (nil: the store forgets the key) and its place in `pendingKeys`.
+        mutating func setChange(_ key: String, _ change: ChangeMeta?) {
+            changes[key] = change
+            if change?.syncState == .pending { pendingKeys.insert(key) } else { pendingKeys.remove(key) }
+        }
+
+        /// Sets where `key`'s latest change stands with the remote, if the key has one.
+        mutating func setSyncState(_ syncState: SyncState, of key: String) {
+            guard var change = changes[key] else { return }
+            change.syncState = syncState
+            setChange(key, change)
+        }
     }
 
     struct ChangeMeta {
@@ -214,7 +250,7 @@ public final class KeyValueStore: Sendable {
         state.lastSequence = sequence
         for row in rows {
             state.entries[row.key] = row.entry
-            state.changes[row.key] = ChangeMeta(stamp: row.stamp, syncState: row.syncState)
+            state.setChange(row.key, ChangeMeta(stamp: row.stamp, syncState: row.syncState))
         }
         state.revision &+= 1
         // Committed already: a batch that fails now is retried with the next write.

@@ -8,10 +8,16 @@ extension KeyValueStore {
     /// A setting kept with the store (the sync cursor, the remote's identity); nil when never
     /// set. A failure to read is thrown, never taken for "never set".
     public func setting(_ name: String) throws(StoreError) -> String? {
-        do {
-            return try database.read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) }
-        } catch {
-            throw .database(String(describing: error))
+        try state.withLock { (state: inout State) throws(StoreError) -> String? in
+            if let known = state.settings[name] { return known }
+            let value: String?
+            do {
+                value = try database.read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) }
+            } catch {
+                throw .database(String(describing: error))
+            }
+            state.settings[name] = .some(value)
+            return value
         }
     }
 
@@ -19,12 +25,19 @@ extension KeyValueStore {
         try state.withLock { (state: inout State) throws(StoreError) in
             try write(&state) { db in
                 if let value {
-                    try SettingRecord(name: name, value: value).save(db)
+                    try Self.saveSetting(name, value, db)
                 } else {
                     _ = try SettingRecord.deleteOne(db, key: name)
                 }
             }
+            state.settings[name] = .some(value)
         }
+    }
+
+    /// One statement, cached: a push saves the sync position with every batch.
+    static func saveSetting(_ name: String, _ value: String, _ db: Database) throws {
+        try db.cachedStatement(sql: "INSERT INTO setting (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value")
+            .execute(arguments: [name, value])
     }
 
     static func deviceID(_ db: Database) throws -> String {
@@ -66,6 +79,7 @@ extension KeyValueStore {
         try state.withLock { (state: inout State) throws(StoreError) in
             try write(&state) { db in try Self.saveLimits(limits, db) }
             state.limits = limits
+            state.settings = [:]  // the limits are settings too
         }
     }
 

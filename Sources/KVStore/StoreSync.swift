@@ -28,15 +28,15 @@ extension KeyValueStore {
 
     /// How many keys have changes the remote has not yet accepted.
     public var pendingCount: Int {
-        state.withLock { $0.changes.values.count { $0.syncState == .pending } }
+        state.withLock { $0.pendingKeys.count }
     }
 
     /// The latest change of every key not yet accepted by the remote: one per key, so that a
-    /// burst of writes to a key travels as its last state.
+    /// burst of writes to a key travels as its last state. Costs the pending keys, not all keys.
     public func pendingChanges() -> [StampedChange] {
         state.withLock { state in
-            state.changes.filter { $0.value.syncState == .pending }.map { key, meta in
-                Self.stampedChange(key, meta.stamp, state.entries[key])
+            state.pendingKeys.compactMap { key in
+                state.changes[key].map { Self.stampedChange(key, $0.stamp, state.entries[key]) }
             }
             .sorted { $0.stamp < $1.stamp }
         }
@@ -62,29 +62,43 @@ extension KeyValueStore {
 
     /// Marks changes the remote accepted as synced, unless the key changed again since.
     public func markPushed(_ changes: [StampedChange]) throws(StoreError) {
-        try state.withLock { (state: inout State) throws(StoreError) in
-            let pushed = changes.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }
-            try markSynced(pushed.map(\.key), in: &state)
-        }
+        try recordPush(accepted: changes)
     }
 
     /// Forgets tombstones the remote accepted without storing (a server before 0.1 stored none
     /// for a key it did not hold), unless the key changed again since: the store then holds no
     /// row for the key, as the remote.
     public func forget(_ tombstones: [StampedChange]) throws(StoreError) {
-        guard !tombstones.isEmpty else { return }  // every push round asks: take no lock for nothing
+        try recordPush(notStored: tombstones)
+    }
+
+    /// Records what a push did, in one transaction: the changes the remote `accepted` become
+    /// synced and the tombstones it accepted but did not store are forgotten (as `markPushed`
+    /// and `forget` do), and `setting`, when given, is saved with them (the sync position the
+    /// push moved): all of it is stored, or none, and the index changes only once it is.
+    public func recordPush(accepted: [StampedChange] = [], notStored: [StampedChange] = [],
+                           setting: (name: String, value: String)? = nil) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
-            let forgotten = tombstones.filter { $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp }
-            guard !forgotten.isEmpty else { return }
+            let synced = accepted.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }.map(\.key)
+            let forgotten = notStored.filter {
+                $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp
+            }.map(\.key)
+            guard !synced.isEmpty || !forgotten.isEmpty || setting != nil else { return }  // take no transaction for nothing
             try write(&state) { db in
-                let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
-                for change in forgotten {
-                    let row = DirectBinding(delete)
-                    try row.bind(1, change.key)
-                    try row.run(in: db)
+                try Self.saveSyncState(.synced, for: synced, db)
+                if !forgotten.isEmpty {
+                    let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
+                    for key in forgotten {
+                        let row = DirectBinding(delete)
+                        try row.bind(1, key)
+                        try row.run(in: db)
+                    }
                 }
+                if let setting { try Self.saveSetting(setting.name, setting.value, db) }
             }
-            for change in forgotten { state.changes[change.key] = nil }
+            for key in synced { state.setSyncState(.synced, of: key) }
+            for key in forgotten { state.setChange(key, nil) }
+            if let setting { state.settings[setting.name] = .some(setting.value) }
         }
     }
 
@@ -105,16 +119,19 @@ extension KeyValueStore {
     /// (after the journal) and in the index.
     func setSyncState(_ syncState: SyncState, for keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
-        try write(&state) { db in
-            let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = ? WHERE key = ?")
-            for key in keys {
-                let row = DirectBinding(update)
-                try row.bind(1, syncState.rawValue)
-                try row.bind(2, key)
-                try row.run(in: db)
-            }
+        try write(&state) { db in try Self.saveSyncState(syncState, for: keys, db) }
+        for key in keys { state.setSyncState(syncState, of: key) }
+    }
+
+    static func saveSyncState(_ syncState: SyncState, for keys: [String], _ db: Database) throws {
+        guard !keys.isEmpty else { return }
+        let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = ? WHERE key = ?")
+        for key in keys {
+            let row = DirectBinding(update)
+            try row.bind(1, syncState.rawValue)
+            try row.bind(2, key)
+            try row.run(in: db)
         }
-        for key in keys { state.changes[key]?.syncState = syncState }
     }
 
     /// Takes in changes made elsewhere. With `.merge`, a change replaces the key's value only

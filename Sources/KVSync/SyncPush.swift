@@ -8,15 +8,16 @@ extension SyncEngine {
     func send(_ pending: [StampedChange]) async throws -> PushOutcome {
         let known = try storedPosition()
         let outcome = try await remote.push(pending, mark: known?.mark)
-        try store.markPushed(outcome.accepted)
-        try store.forget(outcome.notStored)
         // What the push stored is known to be in the remote's history from now on; and when
         // nobody else pushed since our last fetch, it is all ours: no need to fetch it. Before
         // the first fetch there is no position yet: that fetch is the initial sync.
-        if outcome.mark != nil, let known {
-            let next = known.after(outcome)
-            if next != known { try record(next) }
-        }
+        var next: SyncPosition?
+        if outcome.mark != nil, let known, known.after(outcome) != known { next = known.after(outcome) }
+        // The marks and the position in one local transaction, taken only once the remote has
+        // answered: a push that fails leaves every change pending and the position as it was.
+        try store.recordPush(accepted: outcome.accepted, notStored: outcome.notStored,
+                             setting: try next.map { (Self.cursorSetting, try $0.setting) })
+        if let next { knownPosition.update { $0 = next } }
         return outcome
     }
 

@@ -73,6 +73,27 @@ struct MergeTests {
         }
     }
 
+    @Test("a push of more keys than one lookup takes decides each against its own stored row", arguments: StorageKind.allCases)
+    func largePush(kind: StorageKind) throws {
+        try withTemporaryDirectory { dir in
+            let cloud = try kind.make(in: dir)
+            let keys = (0..<600).map { "k\($0)" } + ["with\u{0}NUL"]
+            let first = keys.map { change($0, "first", time: 10) }
+            #expect(try cloud.push(first, to: "s").refused.isEmpty)
+            let cursor = try cloud.cursor(of: "s")
+            // Older changes and repeats of every key are accepted and write nothing.
+            let outcome = try cloud.push(keys.map { change($0, "older", time: 5) } + first, to: "s")
+            #expect(outcome.refused.isEmpty)
+            #expect(outcome.accepted.count == 2 * keys.count)
+            #expect(try cloud.cursor(of: "s") == cursor)
+            // Newer values replace each key's own: the count stays within a limit of the keys held.
+            try cloud.setLimits(QuotaLimits(totalBytes: 1 << 20, valueBytes: 4096, keys: keys.count, keyNameBytes: 64), of: "s")
+            let newer = keys.map { change($0, "newer", time: 20) }
+            #expect(try cloud.push(newer, to: "s").refused.isEmpty)
+            #expect(Set(try cloud.changes(in: "s", after: cursor, limit: 1000).changes) == Set(newer))
+        }
+    }
+
     @Test("keys holding NUL stay apart and keep every byte through the remote", arguments: StorageKind.allCases)
     func keysWithNUL(kind: StorageKind) throws {
         try withTemporaryDirectory { dir in
