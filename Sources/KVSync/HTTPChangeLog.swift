@@ -109,24 +109,29 @@ public final class HTTPChangeLog: ChangeLog {
             if Task.isCancelled { return false }
             throw error
         }
-        let next: ChangeBatch?
-        do {
-            next = try await withThrowingTaskGroup(of: ChangeBatch?.self) { group in
-                group.addTask { try await stream.next() }
-                group.addTask {
-                    try await Task.sleep(for: timeout)
-                    return nil
+        // A keep-alive (an empty batch, every 10 s of quiet) is not a change: wait on until the
+        // time is up.
+        let deadline = ContinuousClock.now + timeout
+        var next: ChangeBatch?
+        repeat {
+            do {
+                next = try await withThrowingTaskGroup(of: ChangeBatch?.self) { group in
+                    group.addTask { try await stream.next() }
+                    group.addTask {
+                        try await Task.sleep(until: deadline, clock: .continuous)
+                        return nil
+                    }
+                    defer { group.cancelAll() }
+                    return try await group.next() ?? nil
                 }
-                defer { group.cancelAll() }
-                return try await group.next() ?? nil
+            } catch let error as CloudError where !Task.isCancelled {
+                throw error
+            } catch {
+                // Cancelled: the waiter gave up.
+                return false
             }
-        } catch let error as CloudError where !Task.isCancelled {
-            throw error
-        } catch {
-            // Cancelled: the waiter gave up.
-            return false
-        }
-        guard let batch = next, !batch.changes.isEmpty else { return false }
+        } while next?.changes.isEmpty == true
+        guard let batch = next else { return false }
         prefetched.withLock { $0[store] = Prefetched(after: cursor, batch: batch, at: .now) }
         return true
     }
