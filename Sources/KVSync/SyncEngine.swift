@@ -23,9 +23,8 @@ public final class SyncEngine: Sendable {
     /// How long a local change waits for others to join it before the push.
     let debounce: Duration
     /// Under a steady stream of changes, rounds start at least this far apart, so that each
-    /// pushes many changes: a round costs a transaction on each side whatever it carries, and
-    /// it runs on the cores the writers use. A change waits at most this long for its push.
-    let minimumInterval: Duration = .milliseconds(50)
+    /// pushes many changes.
+    let minimumInterval: Duration = .milliseconds(10)
     /// How often a round runs with nothing else asking for one.
     let keepAliveInterval: Duration = .seconds(30)
     /// How often a round asks the remote's identity and whether this device may write.
