@@ -64,7 +64,9 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { decoder in
             let text = try decoder.singleValueContainer().decode(String.self)
-            guard let date = SyncEvent.timeFormat.date(from: text) else {
+            // The formatter (ICU) traps on some malformed times, such as a long fraction: only
+            // the shape the log writes reaches it.
+            guard SyncEvent.isTimeShaped(text), let date = SyncEvent.timeFormat.date(from: text) else {
                 throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not a time: \(text)"))
             }
             return date
@@ -74,6 +76,20 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         } catch {
             return nil  // the reader passes such a line over: it names no event
         }
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS`, then `.` and 1 to 9 digits or nothing, then `Z`: the time the log
+    /// writes, in ASCII.
+    static func isTimeShaped(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        let shape = Array("dddd-dd-ddTdd:dd:dd".utf8)
+        guard bytes.count >= shape.count + 1, bytes.count <= shape.count + 11, bytes.last == UInt8(ascii: "Z") else { return false }
+        for (byte, expected) in zip(bytes, shape) {
+            if expected == UInt8(ascii: "d") ? !(0x30...0x39).contains(byte) : byte != expected { return false }
+        }
+        let fraction = bytes[shape.count..<bytes.count - 1]
+        guard let dot = fraction.first else { return true }
+        return dot == UInt8(ascii: ".") && fraction.count >= 2 && fraction.dropFirst().allSatisfy { (0x30...0x39).contains($0) }
     }
 
     nonisolated(unsafe) static let timeFormat: ISO8601DateFormatter = {

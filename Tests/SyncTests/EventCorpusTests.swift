@@ -23,4 +23,24 @@ struct EventCorpusTests {
             for event in events { #expect(SyncEvent(line: try event.jsonLine()) == event, "\(name)") }
         }
     }
+
+    @Test("every input that once crashed the target reads without a crash, its malformed times refused")
+    func regressionsRead() throws {
+        let directory = Self.directory.appendingPathComponent("regressions")
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        #expect(!names.isEmpty)
+        for name in names {
+            let bytes = [UInt8](try Data(contentsOf: directory.appendingPathComponent(name)))
+            for line in bytes.split(separator: UInt8(ascii: "\n")) {
+                let text = String(decoding: line, as: UTF8.self)
+                if let event = SyncEvent(line: text) { #expect(SyncEvent(line: try event.jsonLine()) == event, "\(name)") }
+            }
+        }
+        // A fraction of 50 digits (ICU traps on it) and other shapes the log never writes.
+        for time in ["2026-11-23T09:00:00." + String(repeating: "8", count: 50) + "Z", "2026-11-CST09:00:00.001Z",
+                     "2026-11-23T09:00:00.Z", "2026-11-23 09:00:00Z"] {
+            #expect(SyncEvent(line: #"{"cursor":1,"keys":[],"reason":"server-change","time":"\#(time)"}"#) == nil, "\(time)")
+        }
+        #expect(SyncEvent(line: #"{"cursor":1,"keys":[],"reason":"server-change","time":"2026-11-23T09:00:00.123456789Z"}"#) != nil)
+    }
 }
