@@ -38,10 +38,26 @@ package final class ChangeJournal {
     /// that ended before moving them to the database, are in `pending`.
     init(path: String) throws(StoreError) {
         self.path = path
-        descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw .database("cannot open the change journal \(path): \(String(cString: strerror(errno)))") }
-        let bytes = (try? FileHandle(fileDescriptor: descriptor, closeOnDealloc: false).readToEnd()) ?? nil
+        let opened = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard opened >= 0 else { throw .database("cannot open the change journal \(path): \(String(cString: strerror(errno)))") }
+        // A journal that cannot be read is not an empty one: it may hold acknowledged changes,
+        // and the store empties the journal once it has replayed it. Refuse to open instead.
+        let bytes: Data?
+        do {
+            bytes = try FileHandle(fileDescriptor: opened, closeOnDealloc: false).readToEnd()
+        } catch {
+            close(opened)
+            throw .database("cannot read the change journal \(path): \(Self.reason(error))")
+        }
+        descriptor = opened
         (pending, end) = Self.decodeRecords([UInt8](bytes ?? Data()))
+    }
+
+    private static func reason(_ error: any Error) -> String {
+        if let posix = (error as NSError).userInfo[NSUnderlyingErrorKey] as? NSError, posix.domain == NSPOSIXErrorDomain {
+            return String(cString: strerror(Int32(posix.code)))
+        }
+        return error.localizedDescription
     }
 
     deinit { close(descriptor) }

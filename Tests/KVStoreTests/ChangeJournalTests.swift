@@ -144,4 +144,19 @@ struct ChangeJournalTests {
             #expect(recovered.quarantined.first?.value == Data("<string>x</string>".utf8))
         }
     }
+
+    /// Reading `/proc/self/mem` from offset 0 fails with EIO, as a failing disk would: the
+    /// journal stands in for one whose sectors cannot be read.
+    @Test("a journal that cannot be read refuses the open instead of being taken for empty and truncated")
+    func unreadableJournal() throws {
+        try withTemporaryDirectory { dir in
+            let path = (dir.path as NSString).appendingPathComponent("test.sqlite")
+            #expect(symlink("/proc/self/mem", path + ".changes") == 0)
+            #expect {
+                _ = try KeyValueStore(path: path)
+            } throws: { error in
+                "\(error)".contains("cannot read the change journal") && "\(error)".contains("Input/output error")
+            }
+        }
+    }
 }
