@@ -185,56 +185,75 @@ public final class KeyValueStore: Sendable {
     public func apply(_ changes: [KeyChange]) throws(StoreError) {
         if let reason = readOnlyReason.withLock({ $0 }) { throw .readOnly(reason) }
         let committed = try state.withLock { (state: inout State) throws(StoreError) -> Bool in
-            let ledger = QuotaLedger(limits: state.limits)
-            let unstamped = Date(timeIntervalSince1970: 0)  // each edit gets its stamp's time below
-            var staged = [String: Entry?]()
-            func current(_ key: String) -> Entry? {
-                if let pending = staged[key] { return pending }
-                return state.entries[key]
-            }
-            for change in changes {
-                switch change {
-                case .put(let key, let value):
-                    try ledger.checkKeyName(key)
-                    let xml = try PropertyListCodec.encodeXML(value)
-                    try ledger.checkValueSize(xml.count)
-                    staged[key] = .some(Entry(key: key, xml: xml, type: value.type, modifiedAt: unstamped))
-                case .delete(let key):
-                    guard current(key) != nil else { throw .noSuchKey(key) }
-                    staged[key] = .some(nil)
-                case .move(let source, let destination):
-                    guard let moving = current(source) else { throw .noSuchKey(source) }
-                    guard source != destination else { continue }
-                    try ledger.checkKeyName(destination)
-                    staged[source] = .some(nil)
-                    staged[destination] = .some(Entry(key: destination, xml: moving.xml, type: moving.type, modifiedAt: unstamped))
-                }
-            }
-            // Keep only real changes, then check the result against the limits.
-            let edits = staged.filter { key, new in new?.xml != state.entries[key]?.xml }
-            guard !edits.isEmpty else { return false }
-            var keys = state.entries.count
-            var bytes = state.usedBytes
-            for (key, new) in edits {
-                let old = state.entries[key]
-                keys += (new == nil ? 0 : 1) - (old == nil ? 0 : 1)
-                bytes += (new?.size ?? 0) - (old?.size ?? 0)
-            }
-            try ledger.checkResult(before: state.usage, after: QuotaUsage(bytes: bytes, keys: keys),
-                                   added: edits.values.reduce(0) { $0 + ($1?.size ?? 0) })
-            var clock = state.clock
-            let physical = milliseconds(now())
-            let stamped = edits.sorted(by: { $0.key < $1.key }).map { key, new in
-                let stamp = clock.stamp(physical: physical, after: state.changes[key]?.stamp)
-                let entry = new.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
-                return (key, entry, stamp)
-            }
-            try commit(stamped.map { ($0.0, $0.1, $0.2, SyncState.pending) }, in: &state)
-            state.clock = clock
-            state.usedBytes = bytes
+            let staged = try stage(changes, in: state)
+            guard !staged.edits.isEmpty else { return false }
+            try QuotaLedger(limits: state.limits).checkResult(before: state.usage, after: staged.usage, added: staged.addedBytes)
+            try commit(staged, in: &state)
             return true
         }
         if committed { changeObserver.withLock { $0 }?.notify() }
+    }
+
+    /// What `changes` would do to the store: each key whose value they change, with its new
+    /// entry (nil: removed), and the usage that leaves. Checks every name and value; the
+    /// totals are the caller's to check.
+    struct StagedChanges {
+        var edits: [String: Entry?]
+        var usage: QuotaUsage
+        /// The size of the values written.
+        var addedBytes: Int { edits.values.reduce(0) { $0 + ($1?.size ?? 0) } }
+    }
+
+    func stage(_ changes: [KeyChange], in state: State) throws(StoreError) -> StagedChanges {
+        let ledger = QuotaLedger(limits: state.limits)
+        let unstamped = Date(timeIntervalSince1970: 0)  // each edit gets its stamp's time in `commit`
+        var staged = [String: Entry?]()
+        func current(_ key: String) -> Entry? {
+            if let pending = staged[key] { return pending }
+            return state.entries[key]
+        }
+        for change in changes {
+            switch change {
+            case .put(let key, let value):
+                try ledger.checkKeyName(key)
+                let xml = try PropertyListCodec.encodeXML(value)
+                try ledger.checkValueSize(xml.count)
+                staged[key] = .some(Entry(key: key, xml: xml, type: value.type, modifiedAt: unstamped))
+            case .delete(let key):
+                guard current(key) != nil else { throw .noSuchKey(key) }
+                staged[key] = .some(nil)
+            case .move(let source, let destination):
+                guard let moving = current(source) else { throw .noSuchKey(source) }
+                guard source != destination else { continue }
+                try ledger.checkKeyName(destination)
+                staged[source] = .some(nil)
+                staged[destination] = .some(Entry(key: destination, xml: moving.xml, type: moving.type, modifiedAt: unstamped))
+            }
+        }
+        // Keep only real changes.
+        let edits = staged.filter { key, new in new?.xml != state.entries[key]?.xml }
+        var keys = state.entries.count
+        var bytes = state.usedBytes
+        for (key, new) in edits {
+            let old = state.entries[key]
+            keys += (new == nil ? 0 : 1) - (old == nil ? 0 : 1)
+            bytes += (new?.size ?? 0) - (old?.size ?? 0)
+        }
+        return StagedChanges(edits: edits, usage: QuotaUsage(bytes: bytes, keys: keys))
+    }
+
+    /// Commits checked changes as one transaction, each with a new stamp, pending a push.
+    func commit(_ staged: StagedChanges, in state: inout State) throws(StoreError) {
+        var clock = state.clock
+        let physical = milliseconds(now())
+        let stamped = staged.edits.sorted(by: { $0.key < $1.key }).map { key, new in
+            let stamp = clock.stamp(physical: physical, after: state.changes[key]?.stamp)
+            let entry = new.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
+            return (key, entry, stamp)
+        }
+        try commit(stamped.map { ($0.0, $0.1, $0.2, SyncState.pending) }, in: &state)
+        state.clock = clock
+        state.usedBytes = staged.usage.bytes
     }
 
     /// Commits changes (already checked) to the journal and brings the in-memory index along;

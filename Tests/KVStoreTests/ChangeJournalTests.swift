@@ -77,6 +77,24 @@ struct ChangeJournalTests {
         }
     }
 
+    @Test("an import is one record: a crash anywhere in writing it recovers all of it or none of it")
+    func importIsOneRecord() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            try store.put(.string("before"), forKey: "old")
+            let intact = try journalSize(dir)
+            let imported = Dictionary(uniqueKeysWithValues: (0..<40).map { ("k\($0)", PropertyListValue.string(String(repeating: "v", count: $0))) })
+            _ = try store.importValues(imported, replacing: true, dryRun: false)
+            let whole = try journalSize(dir)
+            let none: [String] = ["old"]
+            let all = imported.keys.sorted()
+            for cut in stride(from: intact, through: whole, by: max(1, (whole - intact) / 37)) + [whole - 1, whole] {
+                let recovered = try crashImage(of: dir.path, in: dir.subdirectory("cut\(cut)")) { $0.removeLast($0.count - cut) }
+                #expect(recovered.keys() == (cut == whole ? all : none), "cut at \(cut) of \(whole)")
+            }
+        }
+    }
+
     @Test("a journal replayed over a database that already has its changes, or later ones, changes nothing")
     func replayIsIdempotent() throws {
         try withTemporaryDirectory { dir in
