@@ -10,7 +10,7 @@ public struct FuseMountError: Error, CustomStringConvertible, Sendable {
 /// A FUSE session mounted on a directory, serving one file system until it is unmounted.
 public final class FuseMount: @unchecked Sendable {
     public let mountpoint: String
-    private let session: OpaquePointer
+    let session: OpaquePointer
     private let box: Unmanaged<FileSystemBox>
     private let unmountedHere = Mutex(false)
     private let handlesSignals = Mutex(false)

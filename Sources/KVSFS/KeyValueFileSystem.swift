@@ -30,6 +30,8 @@ public final class KeyValueFileSystem: FuseFileSystem {
     let logger: Logger
     let state: GuardedNamespace
     let sync: (any MountSynchronizer)?
+    /// Where notices to the kernel go (`attach(kernelCache:)`); nil until the session exists.
+    let attachedKernelCache = Mutex<(any KernelCache)?>(nil)
 
     public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(), sync: (any MountSynchronizer)? = nil,
                 logger: Logger = Logger(label: "kvsfs")) {

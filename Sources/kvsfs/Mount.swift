@@ -128,10 +128,23 @@ struct Mount: ParsableCommand {
             throw CommandFailure(error.description)
         }
         mount.handleSignals()
+        fileSystem.attach(kernelCache: mount)
         if let defaults { try HangupReload.install { defaults.reload(into: fileSystem, logger: logger) } }
         sync?.start()
+        // Export and import need the store whole, which no file operation gives: they come
+        // through the control socket. A mount without one still serves its files.
+        let control: ControlSocket?
+        do {
+            control = try ControlSocket(address: ControlAddress(dataDirectory: dataDirectory.path, storeID: store.storeID),
+                                        fileSystem: fileSystem, logger: logger)
+        } catch {
+            logger.warning("\(error); kvsfs export and import will not reach this mount")
+            control = nil
+        }
+        control?.start()
         MountProbe.whenAnswering(path) { Readiness.ready() }
         let status = mount.run()
+        control?.stop()
         Readiness.stopping()
         sync?.stop()
         try keyValueStore.makeDurable()

@@ -31,17 +31,7 @@ struct Status: ParsableCommand {
 
     /// `user.kvsfs.status` of the mount's root, as the daemon answers it.
     static func statusAttribute(of mountpoint: String) throws -> [UInt8] {
-        var buffer = [UInt8](repeating: 0, count: MountStatus.maximumJSONBytes)
-        let length = buffer.withUnsafeMutableBytes { SystemCalls.extendedAttribute(of: mountpoint, named: "user.kvsfs.status", into: $0) }
-        guard length >= 0 else {
-            let code = errno
-            switch code {
-            case ENODATA, ENOTSUP: throw CommandFailure("\(mountpoint) is not a kvsfs mount")
-            case ENOTCONN: throw CommandFailure("\(mountpoint) is a mount whose daemon has gone away")
-            default: throw CommandFailure("cannot read the status of \(mountpoint): \(String(cString: strerror(code)))")
-            }
-        }
-        return Array(buffer[..<length])
+        try requiredMountAttribute(mountpoint, "user.kvsfs.status", capacity: MountStatus.maximumJSONBytes)
     }
 
     /// The facts in the order they are printed, labels padded to one column. A new fact

@@ -1,0 +1,79 @@
+import FoundationEssentials
+import FuseKit
+import KVStore
+import Synchronization
+
+/// Why the mount refuses an import before the store sees it.
+public struct ImportNotAllowed: Error, CustomStringConvertible {
+    public let description: String
+}
+
+/// An import (`kvsfs import`) as the mount shows it. The store takes the whole import in one
+/// transaction (`KeyValueStore.importValues`); the files of the keys it changed show the new
+/// values at once. Nothing of an import passes through the kernel, which caches names and
+/// attributes of keys for an hour on the understanding that every change does: so the
+/// mount's nodes are brought along under the namespace lock, and then the kernel is told to
+/// forget what it holds for those keys (`KernelCache`).
+extension KeyValueFileSystem {
+    /// Where the mount sends its notices to the kernel; set once the session exists.
+    public func attach(kernelCache: any KernelCache) {
+        attachedKernelCache.withLock { $0 = kernelCache }
+    }
+
+    /// Imports `values` as one change (see `KeyValueStore.importValues`) and shows it in the
+    /// mount; with `dryRun`, only says what it would change.
+    public func importValues(_ values: [String: PropertyListValue], replacing: Bool, dryRun: Bool) throws -> ImportPlan {
+        if configuration.readOnly, !dryRun { throw ImportNotAllowed(description: "the mount is read-only") }
+        var notices: [KernelNotice] = []
+        let plan = try state.withLock { ns throws -> ImportPlan in
+            // What open handles of a key about to be removed go on reading, as after an unlink.
+            var removedContent: [InodeNumber: [UInt8]] = [:]
+            if replacing {
+                for node in ns.names.values where node.openHandles > 0 {
+                    if case .key(let key) = node.kind, values[key] == nil { removedContent[node.inode] = content(of: node) }
+                }
+            }
+            let plan = try store.importValues(values, replacing: replacing, dryRun: dryRun)
+            guard !dryRun, !plan.keys.isEmpty else { return plan }
+            let now = Date()
+            for key in plan.added + plan.changed {
+                let name = KeyFileName.fileName(forKey: key)
+                guard let node = ns.names[name], node.key == key else {
+                    notices.append(.name(name))  // the kernel may remember that it did not exist
+                    continue
+                }
+                if !node.isKey { ns.setKind(node, .key(key)) }  // a placeholder or a default
+                node.pageCacheTrusted = false
+                node.rendered = nil
+                node.modifiedAt = now
+                notices.append(.content(node.inode))
+            }
+            for key in plan.removed {
+                let name = KeyFileName.fileName(forKey: key)
+                guard let node = ns.names[name], node.key == key else { continue }
+                notices.append(.removal(name, node.inode))
+                remove(node, content: removedContent[node.inode] ?? [], in: &ns)
+            }
+            if !plan.added.isEmpty || !plan.removed.isEmpty { ns.directoryModifiedAt = now }
+            return plan
+        }
+        // Outside the lock: the kernel may wait on requests that need it.
+        if let cache = attachedKernelCache.withLock({ $0 }) {
+            for notice in notices {
+                switch notice {
+                case .content(let inode): cache.forgetContent(of: inode)
+                case .name(let name): cache.forgetName(name, in: .root)
+                case .removal(let name, let inode): cache.announceRemoval(of: name, inode: inode, from: .root)
+                }
+            }
+        }
+        return plan
+    }
+}
+
+/// What the kernel is told after an import, for one key.
+enum KernelNotice {
+    case content(InodeNumber)
+    case name(String)
+    case removal(String, InodeNumber)
+}

@@ -1,0 +1,180 @@
+import Foundation
+import KVStore
+import KVTestSupport
+import Testing
+
+/// `kvsfs export` and `kvsfs import` on real mounts: what a user reads back, what a refused
+/// import leaves (nothing), what another mount and its watchers see, and what a crash keeps.
+@Suite("kvsfs export and import on real mounts", .serialized)
+struct ImportExportTests {
+    private func export(_ mountpoint: String, _ arguments: [String] = []) throws -> PropertyListValue {
+        let result = try run(kvsfsBinary, ["export"] + arguments + [mountpoint])
+        #expect(result.status == 0, "\(result)")
+        return try PropertyListCodec.decode(Array(result.standardOutput.utf8))
+    }
+
+    private func write(_ text: String, to path: String) throws {
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+    }
+
+    @Test("export prints every key as one sorted XML dictionary (or bplist00), without registered defaults")
+    func exportPrintsTheStore() throws {
+        let dir = TemporaryDirectory("kvsfs-export")
+        defer { dir.remove() }
+        try write("<plist version=\"1.0\"><dict><key>theme</key><string>dark</string></dict></plist>", to: dir.path + "/defaults.plist")
+        let daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
+                                     extraArguments: ["--remote", "none", "--defaults", dir.path + "/defaults.plist"])
+        defer { daemon.stop() }
+        let written = try shell("""
+            echo hello > \(daemon.path("greeting")) && printf '<plist><array><integer>1</integer></array></plist>' > \(daemon.path("list")) || exit 1
+            cat \(daemon.path("theme")) | grep -q dark
+            """)
+        #expect(written.status == 0, "\(written)")
+        let xml = try run(kvsfsBinary, ["export", daemon.mountpoint])
+        #expect(xml.status == 0, "\(xml)")
+        #expect(xml.standardOutput.contains("<dict>\n\t<key>greeting</key>\n\t<string>hello</string>\n\t<key>list</key>\n"), "\(xml)")
+        #expect(try export(daemon.mountpoint) == .dictionary(["greeting": .string("hello"), "list": .array([.integer(1)])]),
+                "the registered default theme is not the store's")
+        let binary = try shell("\(kvsfsBinary) export --format binary \(daemon.mountpoint) | head -c 8")
+        #expect(binary.standardOutput == "bplist00", "\(binary)")
+
+        let notMount = try run(kvsfsBinary, ["export", dir.path])
+        #expect(notMount.status == 1 && notMount.standardError.contains("is not a kvsfs mount"), "\(notMount)")
+        #expect(notMount.standardError.split(separator: "\n").count == 1, "one line: \(notMount)")
+        let badFormat = try run(kvsfsBinary, ["export", "--format", "json", daemon.mountpoint])
+        #expect(badFormat.status != 0 && badFormat.standardError.contains("--format must be xml or binary"), "\(badFormat)")
+    }
+
+    @Test("import sets, changes and with --replace removes keys as one change; files read back the new values at once")
+    func importShowsInTheMount() throws {
+        try withDaemon(extraArguments: ["--remote", "none"]) { (daemon, dir) throws in
+            try write("""
+                <plist version="1.0"><dict>
+                <key>greeting</key><string>hello</string>
+                <key>kept</key><string>same</string>
+                <key>new</key><integer>5</integer>
+                </dict></plist>
+                """, to: dir.path + "/import.plist")
+            // Read every file first, so that the kernel holds its name, attributes and pages.
+            let result = try shell("""
+                cd \(daemon.mountpoint) && echo hi > greeting && echo same > kept && echo old > gone || exit 1
+                cat greeting kept gone > /dev/null; ls -l > /dev/null; test -e new && exit 2
+                \(kvsfsBinary) import --dry-run --replace \(daemon.mountpoint) \(dir.path)/import.plist || exit 3
+                echo "after-dry-run=$(ls | tr '\\n' ' ')"
+                \(kvsfsBinary) import --replace \(daemon.mountpoint) \(dir.path)/import.plist || exit 4
+                echo "ls=$(ls | tr '\\n' ' ')"
+                echo "greeting=$(\(kvsfsBinary) get greeting) new=$(\(kvsfsBinary) get new) kept=$(\(kvsfsBinary) get kept)"
+                echo "size=$(stat -c %s greeting) bytes=$(wc -c < greeting)"
+                cat gone 2>&1 | sed 's/^/gone: /'
+                \(kvsfsBinary) status --json \(daemon.mountpoint)
+                """)
+            #expect(result.status == 0, "\(result)")
+            let lines = result.standardOutput.split(separator: "\n").map(String.init)
+            #expect(Array(lines.prefix(4)) == ["add new", "change greeting", "remove gone",
+                                               "dry run, nothing changed: 1 added, 1 changed, 1 removed, 1 unchanged"], "\(result)")
+            #expect(lines.contains("after-dry-run=gone greeting kept "), "\(result)")
+            #expect(lines.contains("imported: 1 added, 1 changed, 1 removed, 1 unchanged"), "\(result)")
+            #expect(lines.contains("ls=greeting kept new "), "\(result)")
+            #expect(lines.contains("greeting=hello new=5 kept=same"), "\(result)")
+            #expect(lines.contains { $0.hasPrefix("size=") && $0.split(separator: " ").map { $0.split(separator: "=")[1] }.allEqual }, "stat agrees with the bytes read: \(result)")
+            #expect(lines.contains("gone: cat: gone: No such file or directory"), "\(result)")
+            #expect(result.standardOutput.contains(#""pending":4"#), "3 writes then 3 import changes, on 4 keys: \(result)")
+        }
+    }
+
+    @Test("an import over a quota changes nothing and names the first key that does not fit; bad input is refused in one line")
+    func refusedImports() throws {
+        try withDaemon(extraArguments: ["--remote", "none", "--quota-keys", "3", "--quota-value", "300"]) { (daemon, dir) throws in
+            #expect(try shell("echo z > \(daemon.path("z"))").status == 0)
+            let before = try run(kvsfsBinary, ["export", daemon.mountpoint]).standardOutput
+            let cases: [(name: String, content: String, error: String)] = [
+                ("keys", "<plist><dict><key>a</key><integer>1</integer><key>b</key><integer>2</integer><key>c</key><integer>3</integer></dict></plist>",
+                 #""c": the store already holds its limit of 3 keys"#),
+                ("value", "<plist><dict><key>a</key><integer>1</integer><key>big</key><string>\(String(repeating: "x", count: 400))</string></dict></plist>",
+                 #""big": value of"#),
+                ("root", "<plist><array><integer>1</integer></array></plist>", "the property list's root is not a dictionary"),
+                ("garbage", "not a plist at all \u{1}\u{2}", "not a property list the store accepts"),
+                ("deep", "<plist><dict><key>k</key>" + String(repeating: "<array>", count: 200) + String(repeating: "</array>", count: 200) + "</dict></plist>",
+                 "not a property list the store accepts"),
+            ]
+            for refused in cases {
+                try write(refused.content, to: dir.path + "/\(refused.name).plist")
+                let result = try run(kvsfsBinary, ["import", daemon.mountpoint, dir.path + "/\(refused.name).plist"])
+                #expect(result.status == 1, "\(refused.name): \(result)")
+                #expect(result.standardError.contains(refused.error), "\(refused.name): \(result)")
+                #expect(result.standardError.split(separator: "\n").count == 1, "one line: \(result)")
+                #expect(try run(kvsfsBinary, ["export", daemon.mountpoint]).standardOutput == before, "\(refused.name) changed nothing")
+            }
+            let missing = try run(kvsfsBinary, ["import", daemon.mountpoint, dir.path + "/missing.plist"])
+            #expect(missing.status == 1 && missing.standardError.contains("cannot read"), "\(missing)")
+            // With --replace, the removal of z makes room: the same keys fit.
+            let replaced = try run(kvsfsBinary, ["import", "--replace", daemon.mountpoint, dir.path + "/keys.plist"])
+            #expect(replaced.status == 0, "\(replaced)")
+            #expect(try export(daemon.mountpoint) == .dictionary(["a": .integer(1), "b": .integer(2), "c": .integer(3)]))
+        }
+    }
+
+    @Test("a read-only mount refuses an import but answers its dry run; standard input works as the file")
+    func readOnlyMount() throws {
+        try withDaemon(extraArguments: ["--remote", "none", "--read-only"]) { (daemon, _) throws in
+            let plist = "<plist><dict><key>a</key><integer>1</integer></dict></plist>"
+            let refused = try shell("printf '\(plist)' | \(kvsfsBinary) import \(daemon.mountpoint) -")
+            #expect(refused.status == 1 && refused.standardError.contains("the mount is read-only"), "\(refused)")
+            let dryRun = try shell("printf '\(plist)' | \(kvsfsBinary) import --dry-run \(daemon.mountpoint) -")
+            #expect(dryRun.status == 0 && dryRun.standardOutput.hasPrefix("add a\n"), "\(dryRun)")
+        }
+    }
+
+    @Test("an import on A reaches B through a file remote: B's watchers see every key change and B exports the same store")
+    func importReachesAnotherMount() throws {
+        let dir = TemporaryDirectory("kvsfs-import-sync")
+        defer { dir.remove() }
+        let remote = ["--remote", "file://\(dir.subdirectory("cloud"))/cloud.sqlite"]
+        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        defer { a.stop() }
+        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
+        defer { b.stop() }
+        let keys = (0..<30).map { String(format: "key%02d", $0) }
+        let plist = "<plist><dict>" + keys.map { "<key>\($0)</key><string>value of \($0)</string>" }.joined() + "</dict></plist>"
+        try write(plist, to: dir.path + "/import.plist")
+        let result = try shell("""
+            echo old > \(a.path("old")) && \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 1
+            test -e \(b.path("old")) || exit 2
+            timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
+            watcher=$!
+            sleep 0.5
+            \(kvsfsBinary) import --replace \(a.mountpoint) \(dir.path)/import.plist > /dev/null || exit 3
+            \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 4
+            \(shellWait(until: "test $(grep -c CLOSE_WRITE \(dir.path)/inotify) -ge 30 && grep -q 'DELETE old' \(dir.path)/inotify"))
+            kill $watcher; wait
+            cat \(dir.path)/inotify
+            """, timeout: 90)
+        #expect(result.status == 0, "\(result)")
+        let events = result.standardOutput.split(separator: "\n").map(String.init)
+        for key in keys { #expect(events.contains("CREATE \(key)") && events.contains("CLOSE_WRITE,CLOSE \(key)"), "\(key): \(result)") }
+        #expect(events.contains("DELETE old"), "\(result)")
+        #expect(try export(b.mountpoint) == export(a.mountpoint))
+        #expect(try export(b.mountpoint) == .dictionary(Dictionary(uniqueKeysWithValues: keys.map { ($0, .string("value of \($0)")) })))
+    }
+
+    @Test("a daemon killed right after an import comes back with all of it")
+    func importSurvivesACrash() throws {
+        let dir = TemporaryDirectory("kvsfs-import-crash")
+        defer { dir.remove() }
+        let arguments = ["--remote", "none"]
+        let first = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"), extraArguments: arguments)
+        let keys = (0..<100).map { "k\($0)" }
+        try write("<plist><dict>" + keys.map { "<key>\($0)</key><integer>\($0.dropFirst())</integer>" }.joined() + "</dict></plist>",
+                  to: dir.path + "/import.plist")
+        let imported = try run(kvsfsBinary, ["import", first.mountpoint, dir.path + "/import.plist"])
+        #expect(imported.status == 0, "\(imported)")
+        first.crash()
+        let second = try DaemonMount(mountpoint: first.mountpoint, dataDirectory: first.dataDirectory, extraArguments: arguments)
+        defer { second.stop() }
+        #expect(try export(second.mountpoint) == .dictionary(Dictionary(uniqueKeysWithValues: keys.map { ($0, .integer(Int($0.dropFirst())!)) })))
+    }
+}
+
+private extension Array where Element: Equatable {
+    var allEqual: Bool { allSatisfy { $0 == first } }
+}
