@@ -134,6 +134,23 @@ struct ImportExportTests {
         defer { a.stop() }
         let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
         defer { b.stop() }
+        try checkImportReaches(b, from: a, in: dir)
+    }
+
+    @Test("an import on A reaches B through kvsfs serve, with B's inotify events", arguments: ServerBackend.allCases)
+    func importThroughServer(backend: ServerBackend) throws {
+        try withTestServer(backend) { fixture in
+            let a = try fixture.mount("a")
+            defer { a.stop() }
+            let b = try fixture.mount("b")
+            defer { b.stop() }
+            try checkImportReaches(b, from: a, in: fixture.directory)
+        }
+    }
+
+    /// Imports 30 keys on `a`, replacing its one key, and checks what `b` shows after a sync:
+    /// a create and a close-write for each key, a delete for the replaced one, the same export.
+    private func checkImportReaches(_ b: DaemonMount, from a: DaemonMount, in dir: TemporaryDirectory) throws {
         let keys = (0..<30).map { String(format: "key%02d", $0) }
         let plist = "<plist><dict>" + keys.map { "<key>\($0)</key><string>value of \($0)</string>" }.joined() + "</dict></plist>"
         try write(plist, to: dir.path + "/import.plist")
