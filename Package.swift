@@ -80,7 +80,7 @@ let package = Package(
         ]),
         .testTarget(name: "KVWireTests", dependencies: ["KVWire", "KVStore", "KVCloud", "KVTestSupport"]),
         .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVTestSupport"]),
+        .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVSync", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
         // The kvsfs command's own parts (the daemon's start and readiness), without running the binary.
         .testTarget(name: "KVSFSCommandTests", dependencies: ["kvsfs", "KVSync", "KVTestSupport"]),

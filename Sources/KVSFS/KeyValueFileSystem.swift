@@ -54,12 +54,26 @@ public final class KeyValueFileSystem: FuseFileSystem {
         let name = KeyName.canonical(name)
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
-            guard try classify(name) != nil, let node = try visibleNode(named: name, in: &ns) else {
+            guard try classify(name) != nil else { return .notFound(timeout: negativeLookupTimeout) }
+            let shown = sync?.remoteWrite(in: context).flatMap { $0.change.key == KeyFileName.key(forFileName: name) ? $0 : nil }
+            // The applier creates the file of a key that is new, unless the kernel knows it already
+            // (a listing gives nodes to every key, the kernel only to those it looks up).
+            if let shown, shown.keyIsNew, !shown.change.isTombstone, (ns.names[name]?.lookups ?? 0) == 0 {
+                return .notFound(timeout: 0)
+            }
+            guard let node = try visibleNode(named: name, in: &ns) ?? shownRemoval(shown, named: name, in: &ns) else {
                 return .notFound(timeout: negativeLookupTimeout)
             }
             node.lookups += 1
             return .found(entry(for: node))
         }
+    }
+
+    /// The file a remote deletion removes, for the applier to unlink: the store, which took the
+    /// deletion in first, no longer has the key.
+    private func shownRemoval(_ shown: RemoteWrite?, named name: String, in ns: inout Namespace) -> Node? {
+        guard let shown, shown.change.isTombstone, !shown.keyIsNew, ns.hiddenKeys[shown.change.key] == nil else { return nil }
+        return ns.addNode(name: name, kind: .key(shown.change.key), modifiedAt: Date())
     }
 
     public func forget(inode: InodeNumber, lookups: UInt64) {

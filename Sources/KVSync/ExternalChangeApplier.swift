@@ -21,18 +21,23 @@ public struct StoreApplier: ExternalChangeApplying {
     }
 }
 
-/// Applies remote changes through the mount's own path, from a thread of its own, so that the
-/// kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and IN_DELETE for them as for any
-/// writer. While a change's file is written, `changeBeingApplied(byThread:)` names it for the
+/// Takes a batch of remote changes into the store as one transaction, then shows each change
+/// through the mount's own path, from a thread of its own, so that the kernel raises
+/// IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and IN_DELETE for them as for any writer. A crash
+/// leaves all of a batch in the store or none of it; a reader of the mount may see some keys
+/// of the batch with their new values before the others' files are shown.
+///
+/// While a change's file is written, `changeBeingApplied(byThread:)` names it for the
 /// requests of that thread (FUSE gives each request the kernel id of the calling thread): the
-/// file system commits that write as the remote change itself (with its stamp, not uploaded
-/// again) and skips the local quota checks.
+/// file system takes that write as the remote change itself, which the store already holds,
+/// and skips the local quota checks. The change is named with the merge rule, so that taking
+/// it in again changes nothing, and with whether its key is new, so that the file is created.
 ///
 /// Invariant: one thread applies, one change at a time, so a thread id and the change in
 /// flight are all it takes to recognise the applier's requests.
 ///
 /// A change the mount cannot show as a file operation (a key hidden by an editor's save in
-/// progress, say) goes straight to the store, without an inotify event.
+/// progress, say) is in the store all the same, without an inotify event.
 public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
     private let mountpoint: String
     private let fileName: @Sendable (String) -> String
@@ -56,9 +61,10 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
         thread.start()
     }
 
-    /// The change the thread `thread` is writing through the mount, and how it is to be taken
-    /// in; nil when `thread` is not the applier's or it is between changes.
-    public func changeBeingApplied(byThread thread: Int32) -> (change: StampedChange, mode: ExternalApplyMode)? {
+    /// The change the thread `thread` is writing through the mount, how it is to be taken in,
+    /// and whether its key had no value before; nil when `thread` is not the applier's or it
+    /// is between changes.
+    public func changeBeingApplied(byThread thread: Int32) -> (change: StampedChange, mode: ExternalApplyMode, keyIsNew: Bool)? {
         applying.change(ofThread: thread)
     }
 
@@ -68,37 +74,36 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
         }
     }
 
-    /// Applies every change it can; the first store failure is thrown after the rest were
-    /// tried (each applied change is in the store, and applying one again changes nothing).
+    /// Takes `changes` into the store in one transaction, then shows each key whose value
+    /// changed through the mount. A store failure is thrown before anything is shown.
     private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) throws -> [String] {
+        let taken = mode == .merge ? changes.filter(store.accepts) : changes
+        guard !taken.isEmpty else { return [] }
+        // Opened first: opening lists the directory, which gives the keys in the store nodes.
         root = openMountRoot()
         defer {
             if root >= 0 { close(root) }
             root = -1
         }
-        var changed = [String]()
-        var failure: StoreError?
-        for change in changes {
-            if mode == .merge, !store.accepts(change) { continue }
-            let before = store.entry(forKey: change.key)?.xml
-            applying.begin(change, mode: mode)
-            let name = fileName(change.key)
-            if root >= 0, let value = change.value {
+        var before = [String: [UInt8]?]()
+        for change in taken where before[change.key] == nil { before[change.key] = .some(store.entry(forKey: change.key)?.xml) }
+        try store.applyExternal(taken, mode: mode)
+        let changed = before.filter { key, old in store.entry(forKey: key)?.xml != old }.map(\.key)
+        guard root >= 0 else { return changed }
+        for key in changed.sorted() {
+            // The change the store holds now: the batch's latest for the key, unless a local
+            // write came since, which the mount has shown already.
+            guard let change = store.allChanges(forKey: key), taken.contains(where: { $0.key == key && $0.stamp == change.stamp }) else { continue }
+            let keyIsNew = before[key] == .some(nil)
+            applying.begin(change, mode: .merge, keyIsNew: keyIsNew)
+            let name = fileName(key)
+            if let value = change.value {
                 writeFile(name, Array(value))
-            } else if root >= 0, before != nil {
+            } else if !keyIsNew {
                 unlinkat(root, name, 0)
             }
             applying.end()
-            if store.allChanges(forKey: change.key)?.stamp != change.stamp {
-                do {
-                    try store.applyExternal([change], mode: mode)
-                } catch {
-                    failure = failure ?? error
-                }
-            }
-            if store.entry(forKey: change.key)?.xml != before { changed.append(change.key) }
         }
-        if let failure { throw failure }
         return changed
     }
 
@@ -135,16 +140,24 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
 
 /// The applying thread's kernel id (0 until it has started), and the change it is writing.
 private final class ChangeInFlight: Sendable {
-    private let state = Mutex<(thread: Int32, change: StampedChange?, mode: ExternalApplyMode)>((0, nil, .merge))
+    private struct InFlight {
+        var thread: Int32 = 0
+        var change: StampedChange?
+        var mode = ExternalApplyMode.merge
+        var keyIsNew = false
+    }
+
+    private let state = Mutex(InFlight())
 
     func startedOn(thread: Int32) {
         state.withLock { $0.thread = thread }
     }
 
-    func begin(_ change: StampedChange, mode: ExternalApplyMode) {
+    func begin(_ change: StampedChange, mode: ExternalApplyMode, keyIsNew: Bool) {
         state.withLock {
             $0.change = change
             $0.mode = mode
+            $0.keyIsNew = keyIsNew
         }
     }
 
@@ -152,10 +165,10 @@ private final class ChangeInFlight: Sendable {
         state.withLock { $0.change = nil }
     }
 
-    func change(ofThread thread: Int32) -> (change: StampedChange, mode: ExternalApplyMode)? {
+    func change(ofThread thread: Int32) -> (change: StampedChange, mode: ExternalApplyMode, keyIsNew: Bool)? {
         state.withLock { state in
             guard state.thread != 0, state.thread == thread, let change = state.change else { return nil }
-            return (change, state.mode)
+            return (change, state.mode, state.keyIsNew)
         }
     }
 }

@@ -4,6 +4,12 @@ import KVStore
 /// A round's fetch: what the remote accepted since the mount's position is checked against
 /// the change rule, applied, and only then recorded as taken in.
 extension SyncEngine {
+    /// How many keys' changes a fetch gathers, page after page, before it applies them.
+    /// Gathered pages are applied as one transaction, so that a push the remote took in
+    /// whole (an import) is taken in whole here too, however the remote pages it, unless
+    /// more keys than this changed on the remote since the last fetch.
+    static let keysPerApply = 20_000
+
     /// Fetches and applies what the remote accepted since the cursor. The very first fetch
     /// into this store is the initial sync.
     func pull() async throws {
@@ -11,34 +17,42 @@ extension SyncEngine {
         let reason: SyncEvent.Reason = stored == nil ? .initialSync : .serverChange
         var position = stored ?? .start
         var recorded = stored != nil
+        var fetched = position
+        var newer = [String: StampedChange]()
+        var confirmations = [StampedChange]()
         while true {
             let batch: ChangeBatch
             do {
-                batch = try await remote.fetch(after: position.cursor, mark: position.mark)
+                batch = try await remote.fetch(after: fetched.cursor, mark: fetched.mark)
             } catch let error as CloudError where error.isHistoryMismatch {
                 // Found after this round's push: push what the remote lost now.
                 try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
                 try await push()
                 return
             }
-            var newer = [StampedChange]()
-            var confirmations = [StampedChange]()
             for change in admit(batch) {
-                if store.accepts(change) { newer.append(change) } else { confirmations.append(change) }
+                if store.accepts(change) {
+                    if newer[change.key].map({ change.stamp > $0.stamp }) ?? true { newer[change.key] = change }
+                } else {
+                    confirmations.append(change)
+                }
             }
+            fetched = fetched.after(batch)
+            guard batch.complete || newer.count >= Self.keysPerApply else { continue }
             if !confirmations.isEmpty { try store.applyExternal(confirmations) }
             // A failure leaves the cursor where it was: the round fails, and the next one
             // (after backoff) fetches and applies these changes again.
-            let changed = newer.isEmpty ? [] : try await apply(newer, mode: .merge)
-            let next = position.after(batch)
-            if next != position || !recorded {
-                try record(next)
+            let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp }, mode: .merge)
+            if fetched != position || !recorded {
+                try record(fetched)
                 recorded = true
             }
-            position = next
+            position = fetched
             knownPosition.update { $0 = position }
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
             if batch.complete { break }
+            newer.removeAll(keepingCapacity: true)
+            confirmations.removeAll(keepingCapacity: true)
         }
     }
 

@@ -78,7 +78,7 @@ final class MountSync: MountSynchronizer {
     }
 
     func remoteWrite(in context: RequestContext) -> RemoteWrite? {
-        applier.changeBeingApplied(byThread: context.threadID).map { RemoteWrite(change: $0.change, mode: $0.mode) }
+        applier.changeBeingApplied(byThread: context.threadID).map { RemoteWrite(change: $0.change, mode: $0.mode, keyIsNew: $0.keyIsNew) }
     }
 
     func synchronize() throws {

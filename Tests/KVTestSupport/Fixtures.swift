@@ -52,10 +52,11 @@ public final class InProcessMount: @unchecked Sendable {
     private let mount: FuseMount
     private let finished = DispatchSemaphore(value: 0)
 
-    public init(store: KeyValueStore, mountpoint: String, configuration: MountConfiguration = MountConfiguration()) throws {
+    public init(store: KeyValueStore, mountpoint: String, configuration: MountConfiguration = MountConfiguration(),
+                sync: (any MountSynchronizer)? = nil) throws {
         self.mountpoint = mountpoint
         self.store = store
-        let fileSystem = KeyValueFileSystem(store: store, configuration: configuration, logger: .silent)
+        let fileSystem = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, logger: .silent)
         mount = try FuseMount(fileSystem: fileSystem, mountpoint: mountpoint, options: ["fsname=kvsfs:test", "subtype=kvsfs"])
         let thread = Thread { [mount, finished] in
             mount.run()
