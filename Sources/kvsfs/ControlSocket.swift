@@ -302,7 +302,7 @@ enum ControlClient {
 
     static func send(_ request: ControlRequest, body: [UInt8]? = nil, to mountpoint: String) throws -> [UInt8] {
         let attribute = { (name: String) throws -> String in
-            String(decoding: try requiredMountAttribute(mountpoint, name, capacity: Int(PATH_MAX)), as: UTF8.self)
+            String(decoding: try requiredMountAttribute(mountpoint, name, capacity: Int(PATH_MAX), what: "where the store is"), as: UTF8.self)
         }
         let address = ControlAddress(dataDirectory: try attribute("user.kvsfs.data-directory"), storeID: try attribute("user.kvsfs.store"))
         let connection = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)

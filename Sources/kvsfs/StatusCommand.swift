@@ -31,7 +31,7 @@ struct Status: ParsableCommand {
 
     /// `user.kvsfs.status` of the mount's root, as the daemon answers it.
     static func statusAttribute(of mountpoint: String) throws -> [UInt8] {
-        try requiredMountAttribute(mountpoint, "user.kvsfs.status", capacity: MountStatus.maximumJSONBytes)
+        try requiredMountAttribute(mountpoint, "user.kvsfs.status", capacity: MountStatus.maximumJSONBytes, what: "the status")
     }
 
     /// The facts in the order they are printed, labels padded to one column. A new fact

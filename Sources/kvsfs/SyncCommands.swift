@@ -12,8 +12,8 @@ func mountAttribute(_ mountpoint: String, _ name: String) -> String? {
 }
 
 /// Reads an extended attribute of a kvsfs mount's root, of at most `capacity` bytes; an error
-/// says in one line why the mount did not give it.
-func requiredMountAttribute(_ mountpoint: String, _ name: String, capacity: Int) throws -> [UInt8] {
+/// says in one line why the mount did not give `what`.
+func requiredMountAttribute(_ mountpoint: String, _ name: String, capacity: Int, what: String) throws -> [UInt8] {
     var buffer = [UInt8](repeating: 0, count: capacity)
     let length = buffer.withUnsafeMutableBytes { SystemCalls.extendedAttribute(of: mountpoint, named: name, into: $0) }
     guard length >= 0 else {
@@ -21,7 +21,7 @@ func requiredMountAttribute(_ mountpoint: String, _ name: String, capacity: Int)
         switch code {
         case ENODATA, ENOTSUP: throw CommandFailure("\(mountpoint) is not a kvsfs mount")
         case ENOTCONN: throw CommandFailure("\(mountpoint) is a mount whose daemon has gone away")
-        default: throw CommandFailure("cannot read \(name) of \(mountpoint): \(String(cString: strerror(code)))")
+        default: throw CommandFailure("cannot read \(what) of \(mountpoint): \(String(cString: strerror(code)))")
         }
     }
     return Array(buffer[..<length])
