@@ -24,6 +24,9 @@ extension KeyValueFileSystem {
     /// mount; with `dryRun`, only says what it would change.
     public func importValues(_ values: [String: PropertyListValue], replacing: Bool, dryRun: Bool) throws -> ImportPlan {
         if configuration.readOnly, !dryRun { throw ImportNotAllowed(description: "the mount is read-only") }
+        // Checked and encoded before any lock: the mount serves its files meanwhile.
+        let prepared = try store.prepareImport(values, replacing: replacing)
+        if dryRun { return try store.importValues(prepared, dryRun: true) }
         var notices: [KernelNotice] = []
         let plan = try state.withLock { ns throws -> ImportPlan in
             // What open handles of a key about to be removed go on reading, as after an unlink.
@@ -33,10 +36,13 @@ extension KeyValueFileSystem {
                     if case .key(let key) = node.kind, values[key] == nil { removedContent[node.inode] = content(of: node) }
                 }
             }
-            let plan = try store.importValues(values, replacing: replacing, dryRun: dryRun)
-            guard !dryRun, !plan.keys.isEmpty else { return plan }
+            let plan = try store.importValues(prepared, dryRun: false)
+            guard !plan.keys.isEmpty else { return plan }
             let now = Date()
             for key in plan.added + plan.changed {
+                // A key an editor's save hides (`k` renamed to `k~`) is a key again, as after a
+                // write of its file: removing the editor file no longer removes it.
+                unhide(key, in: &ns)
                 let name = KeyFileName.fileName(forKey: key)
                 guard let node = ns.names[name], node.key == key else {
                     notices.append(.name(name))  // the kernel may remember that it did not exist
@@ -49,6 +55,7 @@ extension KeyValueFileSystem {
                 notices.append(.content(node.inode))
             }
             for key in plan.removed {
+                unhide(key, in: &ns)
                 let name = KeyFileName.fileName(forKey: key)
                 guard let node = ns.names[name], node.key == key else { continue }
                 notices.append(.removal(name, node.inode))

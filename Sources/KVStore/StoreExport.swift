@@ -19,6 +19,22 @@ extension KeyValueStore {
                 throw .invalidPropertyList("the stored value of \(key.debugDescription) no longer decodes: \(error)")
             }
         }
-        return try PropertyListCodec.encode(.dictionary(dictionary), as: format)
+        do {
+            return try PropertyListCodec.encode(.dictionary(dictionary), as: format)
+        } catch {
+            // Keys may hold characters (NUL, other controls) that XML cannot carry; say which.
+            func xmlCarries(_ key: String) -> Bool {
+                do {
+                    _ = try PropertyListCodec.encodeXML(.string(key))
+                    return true
+                } catch {
+                    return false
+                }
+            }
+            if format == .xml, let key = dictionary.keys.sorted().first(where: { !xmlCarries($0) }) {
+                throw .invalidPropertyList("the key \(key.debugDescription) holds a character an XML property list cannot carry: export in binary")
+            }
+            throw error
+        }
     }
 }

@@ -22,50 +22,80 @@ public struct ImportRefusal: Error, Equatable, CustomStringConvertible {
     public var description: String { "\(key.debugDescription): \(reason)" }
 }
 
+/// An import's values, checked and encoded (`KeyValueStore.prepareImport`): the slow part of
+/// an import, done before any lock is taken.
+public struct PreparedImport: Sendable {
+    /// The keys, sorted.
+    let keys: [String]
+    /// Each key's value as the store keeps it.
+    let entries: [String: KeyValueStore.Entry]
+    let replacing: Bool
+}
+
 extension KeyValueStore {
-    /// Sets every key of `values`, and with `replacing` removes every key it does not hold, as
-    /// one change: one transaction, all of it or nothing. With `dryRun`, only says what it would
-    /// change. Registered defaults are not the store's: an imported key becomes a real key.
-    ///
-    /// Refused as a whole, naming a key, when a key's name or value breaks the store's rules,
-    /// or when the result would grow past the byte or key quota: the key named is the first
-    /// that does not fit, taking removals first, then the keys in order.
-    public func importValues(_ values: [String: PropertyListValue], replacing: Bool, dryRun: Bool) throws(ImportRefusal) -> ImportPlan {
-        if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: values.keys.min() ?? "", reason: .readOnly(reason)) }
+    /// Checks and encodes `values` for `importValues`, without holding the store: each key
+    /// name and value against the store's rules, and first (cheaply, before any value is
+    /// encoded) whether the keys can fit the key quota at all. Refused naming a key, as
+    /// `importValues` says.
+    public func prepareImport(_ values: [String: PropertyListValue], replacing: Bool) throws(ImportRefusal) -> PreparedImport {
         let keys = values.keys.sorted()
-        let result = state.withLock { (state: inout State) -> Result<ImportPlan, ImportRefusal> in
-            let removals = replacing ? state.entries.keys.filter { values[$0] == nil }.sorted() : []
-            let staged: StagedChanges
+        if let refusal = state.withLock({ firstKeyOverKeyQuota(keys, replacing: replacing, in: $0) }) { throw refusal }
+        let ledger = self.ledger
+        let unstamped = Date(timeIntervalSince1970: 0)  // each gets its stamp's time when committed
+        var entries = [String: Entry](minimumCapacity: keys.count)
+        for key in keys {
+            let value = values[key]!
             do throws(StoreError) {
-                staged = try stage(keys.map { .put($0, values[$0]!) } + removals.map { .delete($0) }, in: state)
+                try ledger.checkKeyName(key)
+                let xml = try PropertyListCodec.encodeXML(value)
+                try ledger.checkValueSize(xml.count)
+                entries[key] = Entry(key: key, xml: xml, type: value.type, modifiedAt: unstamped)
             } catch {
-                // Say which key: stage each one alone to find it.
-                func refuses(_ key: String) -> Bool {
-                    do {
-                        _ = try stage([.put(key, values[key]!)], in: state)
-                        return false
-                    } catch {
-                        return true
-                    }
-                }
-                let key = keys.first(where: refuses) ?? keys.first ?? ""
-                return .failure(ImportRefusal(key: key, reason: error))
+                throw ImportRefusal(key: key, reason: error)
             }
+        }
+        return PreparedImport(keys: keys, entries: entries, replacing: replacing)
+    }
+
+    /// Sets every key of an import, and when it was prepared `replacing` removes every key it
+    /// does not hold, as one change: one transaction, all of it or nothing. With `dryRun`,
+    /// only says what it would change. Registered defaults are not the store's: an imported
+    /// key becomes a real key.
+    ///
+    /// Refused as a whole, naming a key, when a key's name or value breaks the store's rules
+    /// (`prepareImport`), or when the result would grow past the byte or key quota: the key
+    /// named is the first that does not fit, taking removals first, then the keys in order.
+    public func importValues(_ prepared: PreparedImport, dryRun: Bool) throws(ImportRefusal) -> ImportPlan {
+        let keys = prepared.keys
+        if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: keys.first ?? "", reason: .readOnly(reason)) }
+        let result = state.withLock { (state: inout State) -> Result<ImportPlan, ImportRefusal> in
+            let removals = prepared.replacing ? state.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
+            var edits = [String: Entry?]()
+            var usage = state.usage
+            for key in removals {
+                edits[key] = .some(nil)
+                usage = QuotaUsage(bytes: usage.bytes - state.entries[key]!.size, keys: usage.keys - 1)
+            }
+            var plan = ImportPlan()
+            plan.removed = removals
+            for key in keys {
+                let new = prepared.entries[key]!
+                let old = state.entries[key]
+                guard old?.xml != new.xml else {
+                    plan.unchanged += 1
+                    continue
+                }
+                edits[key] = .some(new)
+                usage = QuotaUsage(bytes: usage.bytes + new.size - (old?.size ?? 0), keys: usage.keys + (old == nil ? 1 : 0))
+                if old == nil { plan.added.append(key) } else { plan.changed.append(key) }
+            }
+            let staged = StagedChanges(edits: edits, usage: usage)
             let ledger = QuotaLedger(limits: state.limits)
             do throws(StoreError) {
                 try ledger.checkResult(before: state.usage, after: staged.usage, added: staged.addedBytes)
             } catch {
                 return .failure(firstKeyOverQuota(staged, order: removals + keys, in: state, ledger: ledger) ?? ImportRefusal(key: keys.first ?? "", reason: error))
             }
-            var plan = ImportPlan()
-            for key in keys {
-                switch (state.entries[key], staged.edits[key]) {
-                case (nil, .some): plan.added.append(key)
-                case (.some, .some): plan.changed.append(key)
-                default: plan.unchanged += 1
-                }
-            }
-            plan.removed = removals
             guard !dryRun, !staged.edits.isEmpty else { return .success(plan) }
             do throws(StoreError) {
                 try commit(staged, in: &state)
@@ -77,6 +107,28 @@ extension KeyValueStore {
         let plan = try result.get()
         if !dryRun, !plan.keys.isEmpty { changeObserver.withLock { $0 }?.notify() }
         return plan
+    }
+
+    /// Prepares and imports `values` in one call (see `prepareImport` and `importValues`).
+    public func importValues(_ values: [String: PropertyListValue], replacing: Bool, dryRun: Bool) throws(ImportRefusal) -> ImportPlan {
+        try importValues(try prepareImport(values, replacing: replacing), dryRun: dryRun)
+    }
+
+    /// The first of `keys` (sorted) that takes the key count past the quota, removals first:
+    /// found from which keys exist alone, before any value is encoded.
+    private func firstKeyOverKeyQuota(_ keys: [String], replacing: Bool, in state: State) -> ImportRefusal? {
+        let ledger = QuotaLedger(limits: state.limits)
+        let before = state.usage
+        var count = replacing ? keys.reduce(0) { $0 + (state.entries[$1] == nil ? 0 : 1) } : before.keys
+        for key in keys where state.entries[key] == nil {
+            count += 1
+            do throws(StoreError) {
+                try ledger.checkResult(before: before, after: QuotaUsage(bytes: before.bytes, keys: count), added: 0)
+            } catch {
+                return ImportRefusal(key: key, reason: error)
+            }
+        }
+        return nil
     }
 
     /// The first key, in `order`, whose change takes the running usage past a quota that the

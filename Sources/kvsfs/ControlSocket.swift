@@ -44,9 +44,10 @@ struct ControlAddress {
     }
 }
 
-/// One frame of the control protocol: a 4-byte big-endian length, then that many bytes.
-/// Each side bounds what it reads, and each read and write of a connection has a deadline.
-enum ControlFrame {
+/// One end of a control connection, exchanging frames: a 4-byte big-endian length, then that
+/// many bytes. Each side bounds what it reads, and the whole exchange has one deadline, which
+/// a peer sending a byte now and then does not push back.
+struct ControlConnection {
     /// A request's most bytes: its JSON.
     static let maximumRequestBytes = 64 << 10
     /// The most bytes of the property list an import sends after its request.
@@ -57,60 +58,69 @@ enum ControlFrame {
     enum Failure: Error, CustomStringConvertible {
         case closed
         case tooLarge(Int, limit: Int)
+        case deadlinePassed
         case system(String)
 
         var description: String {
             switch self {
             case .closed: "the connection closed before the message was whole"
             case .tooLarge(let length, let limit): "a message of \(length) bytes is over the limit of \(limit)"
+            case .deadlinePassed: "the exchange did not end within its deadline"
             case .system(let reason): reason
             }
         }
     }
 
-    static func write(_ bytes: [UInt8], to socket: Int32) throws(Failure) {
+    let socket: Int32
+    let deadline: ContinuousClock.Instant
+
+    /// `socket`, whose exchange must end within `seconds` from now.
+    init(_ socket: Int32, seconds: Int) {
+        self.socket = socket
+        deadline = .now + .seconds(seconds)
+    }
+
+    func write(_ bytes: [UInt8]) throws(Failure) {
         guard let length = UInt32(exactly: bytes.count) else { throw .tooLarge(bytes.count, limit: Int(UInt32.max)) }
-        try writeAll([UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)] + bytes, to: socket)
-    }
-
-    static func read(from socket: Int32, limit: Int) throws(Failure) -> [UInt8] {
-        let header = try readExactly(4, from: socket)
-        let length = header.reduce(0) { $0 << 8 | Int($1) }
-        guard length <= limit else { throw .tooLarge(length, limit: limit) }
-        return try readExactly(length, from: socket)
-    }
-
-    /// Sets a deadline of `seconds` on every read and write of `socket`.
-    static func setDeadline(_ seconds: Int, on socket: Int32) {
-        var limit = timeval(tv_sec: seconds, tv_usec: 0)
-        for option in [SO_RCVTIMEO, SO_SNDTIMEO] {
-            _ = setsockopt(socket, SOL_SOCKET, option, &limit, socklen_t(MemoryLayout<timeval>.size))
-        }
-    }
-
-    private static func writeAll(_ bytes: [UInt8], to socket: Int32) throws(Failure) {
+        let frame = [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)] + bytes
         var sent = 0
-        while sent < bytes.count {
-            let count = bytes[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if count < 0, errno == EINTR { continue }
+        while sent < frame.count {
+            try armTimeout(SO_SNDTIMEO)
+            let count = frame[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if count < 0, errno == EINTR || errno == EAGAIN { continue }
             guard count > 0 else { throw .system(String(cString: strerror(errno))) }
             sent += count
         }
     }
 
-    private static func readExactly(_ count: Int, from socket: Int32) throws(Failure) -> [UInt8] {
+    func read(limit: Int) throws(Failure) -> [UInt8] {
+        let header = try readExactly(4)
+        let length = header.reduce(0) { $0 << 8 | Int($1) }
+        guard length <= limit else { throw .tooLarge(length, limit: limit) }
+        return try readExactly(length)
+    }
+
+    private func readExactly(_ count: Int) throws(Failure) -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         var received = 0
         while received < count {
+            try armTimeout(SO_RCVTIMEO)
             let got = bytes[received...].withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
-            if got < 0, errno == EINTR { continue }
+            if got < 0, errno == EINTR || errno == EAGAIN { continue }
             if got == 0 { throw .closed }
-            guard got > 0 else {
-                throw .system(errno == EAGAIN ? "no answer within the deadline" : String(cString: strerror(errno)))
-            }
+            guard got > 0 else { throw .system(String(cString: strerror(errno))) }
             received += got
         }
         return bytes
+    }
+
+    /// Limits the next send or receive to the time left before the deadline.
+    private func armTimeout(_ option: Int32) throws(Failure) {
+        let left = deadline - .now
+        guard left > .zero else { throw .deadlinePassed }
+        let (seconds, attoseconds) = left.components
+        var limit = timeval(tv_sec: Int(seconds), tv_usec: max(1, Int(attoseconds / 1_000_000_000_000)))
+        _ = setsockopt(socket, SOL_SOCKET, option, &limit, socklen_t(MemoryLayout<timeval>.size))
     }
 }
 
@@ -131,6 +141,8 @@ struct ControlRequest: Codable, Equatable {
     var replace: Bool?
     /// For an import: say what would change, change nothing.
     var dryRun: Bool?
+    /// The device number of the directory the command named, which must be the mount's.
+    var device: UInt64?
 }
 
 extension ImportPlan: Codable {
@@ -157,7 +169,7 @@ extension ImportPlan: Codable {
 /// How the mount reads a property list sent for import: the root one level deeper than a
 /// value may be, within the frame's bytes.
 let importDecodingLimits = PropertyListDecodingLimits(maxDepth: PropertyListDecodingLimits.standard.maxDepth + 1,
-                                                      maxObjects: 4 << 20, maxBytes: ControlFrame.maximumImportBytes)
+                                                      maxObjects: 4 << 20, maxBytes: ControlConnection.maximumImportBytes)
 
 /// The answer to a request: a status byte, 0 then the result's bytes, or 1 then one line that
 /// says why the request was refused.
@@ -183,13 +195,16 @@ final class ControlSocket: @unchecked Sendable {
     private let address: ControlAddress
     private let listener: Int32
     private let fileSystem: KeyValueFileSystem
+    /// The mount's directory: a request names it by its device.
+    private let mountpoint: String
     private let logger: Logger
     /// How long one connection may take to send its request or read its answer.
     static let connectionDeadline = 10
 
-    init(address: ControlAddress, fileSystem: KeyValueFileSystem, logger: Logger) throws {
+    init(address: ControlAddress, fileSystem: KeyValueFileSystem, mountpoint: String, logger: Logger) throws {
         self.address = address
         self.fileSystem = fileSystem
+        self.mountpoint = mountpoint
         self.logger = logger
         listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard listener >= 0 else { throw CommandFailure("cannot create the control socket: \(String(cString: strerror(errno)))") }
@@ -228,40 +243,46 @@ final class ControlSocket: @unchecked Sendable {
         }
     }
 
-    private func answer(_ connection: Int32) {
-        ControlFrame.setDeadline(Self.connectionDeadline, on: connection)
-        guard let peer = Self.peerUser(of: connection), peer == 0 || peer == getuid() else {
-            do {
-                try ControlFrame.write(ControlAnswer.failure("only the user who mounted the store may use its control socket"), to: connection)
-            } catch {
-                logger.warning("a refusal on the control socket was not sent whole: \(error)")
-            }
-            return
-        }
+    private func answer(_ socket: Int32) {
+        let incoming = ControlConnection(socket, seconds: Self.connectionDeadline)
         let reply: [UInt8]
         do {
-            let bytes = try ControlFrame.read(from: connection, limit: ControlFrame.maximumRequestBytes)
+            guard let peer = Self.peerUser(of: socket), peer == 0 || peer == getuid() else {
+                throw CommandFailure("only the user who mounted the store may use its control socket")
+            }
+            let bytes = try incoming.read(limit: ControlConnection.maximumRequestBytes)
             let request: ControlRequest
             do {
                 request = try JSONDecoder().decode(ControlRequest.self, from: Data(bytes))
             } catch {
                 throw CommandFailure("the request is not one the mount knows")
             }
-            reply = ControlAnswer.success(try perform(request, on: connection))
-        } catch let failure as ControlFrame.Failure {
+            try checkDevice(request.device)
+            reply = ControlAnswer.success(try perform(request, reading: incoming))
+        } catch let failure as ControlConnection.Failure {
             logger.warning("a control request was not read whole: \(failure)")
             return
         } catch {
             reply = ControlAnswer.failure(String(describing: error))
         }
         do {
-            try ControlFrame.write(reply, to: connection)
+            // The answer has a deadline of its own: the work before it may take a while.
+            try ControlConnection(socket, seconds: Self.connectionDeadline).write(reply)
         } catch {
             logger.warning("the answer to a control request was not sent whole: \(error)")
         }
     }
 
-    private func perform(_ request: ControlRequest, on connection: Int32) throws -> [UInt8] {
+    /// Refuses a request made for another directory than this mount: the command line found
+    /// the socket from attributes that any directory can carry (`setfattr`, `cp -a`).
+    private func checkDevice(_ device: UInt64?) throws {
+        var info = stat()
+        guard stat(mountpoint, &info) == 0, let device, device == UInt64(info.st_dev) else {
+            throw CommandFailure("the directory named is not this store's mount (\(mountpoint))")
+        }
+    }
+
+    private func perform(_ request: ControlRequest, reading connection: ControlConnection) throws -> [UInt8] {
         switch request.command {
         case .export:
             guard let format = ValueFormat(rawValue: request.format ?? "xml") else {
@@ -269,13 +290,15 @@ final class ControlSocket: @unchecked Sendable {
             }
             return try fileSystem.store.exportedPropertyList(as: format)
         case .import:
-            let bytes = try ControlFrame.read(from: connection, limit: ControlFrame.maximumImportBytes)
+            let bytes = try connection.read(limit: ControlConnection.maximumImportBytes)
             let values: [String: PropertyListValue]
             do {
                 guard case .dictionary(let dictionary) = try PropertyListCodec.decode(bytes, limits: importDecodingLimits) else {
                     throw CommandFailure("the property list's root is not a dictionary")
                 }
                 values = dictionary
+            } catch StoreError.valueTooLarge {
+                throw CommandFailure("the property list holds more than the \(ControlConnection.maximumImportBytes >> 20) MiB an import may, as XML")
             } catch let error as StoreError {
                 throw CommandFailure("not a property list the store accepts: \(error)")
             }
@@ -311,12 +334,16 @@ enum ControlClient {
         guard address.withSocketAddress({ connect(connection, $0, $1) }) == 0 else {
             throw CommandFailure("cannot reach the control socket of \(mountpoint) (\(address.path)): \(String(cString: strerror(errno)))")
         }
-        ControlFrame.setDeadline(answerDeadline, on: connection)
+        let exchange = ControlConnection(connection, seconds: answerDeadline)
+        var request = request
+        var info = stat()
+        guard stat(mountpoint, &info) == 0 else { throw CommandFailure("cannot read \(mountpoint): \(String(cString: strerror(errno)))") }
+        request.device = UInt64(info.st_dev)
         do {
-            try ControlFrame.write(Array(try JSONEncoder().encode(request)), to: connection)
-            if let body { try ControlFrame.write(body, to: connection) }
-            return try ControlAnswer.result(of: try ControlFrame.read(from: connection, limit: ControlFrame.maximumAnswerBytes)).get()
-        } catch let failure as ControlFrame.Failure {
+            try exchange.write(Array(try JSONEncoder().encode(request)))
+            if let body { try exchange.write(body) }
+            return try ControlAnswer.result(of: try exchange.read(limit: ControlConnection.maximumAnswerBytes)).get()
+        } catch let failure as ControlConnection.Failure {
             throw CommandFailure("the mount at \(mountpoint) did not answer: \(failure)")
         }
     }

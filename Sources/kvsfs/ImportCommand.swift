@@ -39,7 +39,7 @@ struct Import: ParsableCommand {
     }
 
     private func readImport() throws -> [UInt8] {
-        let limit = ControlFrame.maximumImportBytes
+        let limit = ControlConnection.maximumImportBytes
         let fd = file == "-" ? STDIN_FILENO : open(file, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw CommandFailure("cannot read \(file): \(String(cString: strerror(errno)))") }
         defer { if fd != STDIN_FILENO { close(fd) } }

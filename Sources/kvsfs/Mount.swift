@@ -136,7 +136,7 @@ struct Mount: ParsableCommand {
         let control: ControlSocket?
         do {
             control = try ControlSocket(address: ControlAddress(dataDirectory: dataDirectory.path, storeID: store.storeID),
-                                        fileSystem: fileSystem, logger: logger)
+                                        fileSystem: fileSystem, mountpoint: path, logger: logger)
         } catch {
             logger.warning("\(error); kvsfs export and import will not reach this mount")
             control = nil

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import KVStore
 import KVTestSupport
 import Testing
@@ -111,6 +112,89 @@ struct ImportExportTests {
             let replaced = try run(kvsfsBinary, ["import", "--replace", daemon.mountpoint, dir.path + "/keys.plist"])
             #expect(replaced.status == 0, "\(replaced)")
             #expect(try export(daemon.mountpoint) == .dictionary(["a": .integer(1), "b": .integer(2), "c": .integer(3)]))
+        }
+    }
+
+    @Test("an import of a key an editor's save hides makes it a key again: the file shows it and removing the editor file keeps it")
+    func importUnhidesAKey() throws {
+        try withDaemon(extraArguments: ["--remote", "none"]) { (daemon, dir) throws in
+            try write("<plist><dict><key>hk</key><string>imported</string></dict></plist>", to: dir.path + "/hk.plist")
+            let result = try shell("""
+                cd \(daemon.mountpoint) && printf '<plist version="1.0"><string>orig</string></plist>' > hk && mv hk hk~ || exit 1
+                \(kvsfsBinary) import \(daemon.mountpoint) \(dir.path)/hk.plist > /dev/null || exit 2
+                echo "ls=$(ls | tr '\\n' ' ')"
+                echo "hk=$(\(kvsfsBinary) get hk)"
+                rm hk~ && echo "after-rm=$(\(kvsfsBinary) get hk)"
+                """)
+            #expect(result.status == 0, "\(result)")
+            #expect(result.standardOutput.contains("ls=hk hk~ \n"), "\(result)")
+            #expect(result.standardOutput.contains("hk=imported\n"), "\(result)")
+            #expect(result.standardOutput.contains("after-rm=imported\n"), "\(result)")
+        }
+    }
+
+    @Test("a key XML cannot carry: export in XML names it and says to export in binary, which works")
+    func exportNamesTheKeyXMLCannotCarry() throws {
+        try withDaemon(extraArguments: ["--remote", "none"]) { (daemon, dir) throws in
+            let plist = try PropertyListCodec.encodeBinary(.dictionary(["a\u{1}b": .integer(1), "plain": .integer(2)]))
+            #expect(FileManager.default.createFile(atPath: dir.path + "/control.plist", contents: Data(plist)))
+            #expect(try run(kvsfsBinary, ["import", daemon.mountpoint, dir.path + "/control.plist"]).status == 0)
+            let xml = try run(kvsfsBinary, ["export", daemon.mountpoint])
+            #expect(xml.status == 1 && xml.standardError.contains(#"the key "a\u{01}b" holds a character an XML property list cannot carry: export in binary"#), "\(xml)")
+            #expect(try shell("\(kvsfsBinary) export --format binary \(daemon.mountpoint) > \(dir.path)/export.bplist").status == 0)
+            let binary = try #require(FileManager.default.contents(atPath: dir.path + "/export.bplist"))
+            #expect(try PropertyListCodec.decode(Array(binary)) == .dictionary(["a\u{1}b": .integer(1), "plain": .integer(2)]))
+        }
+    }
+
+    @Test("a directory that only carries a mount's attributes (setfattr, cp -a) is refused: nothing is exported or imported through it")
+    func borrowedAttributesAreRefused() throws {
+        try withDaemon(extraArguments: ["--remote", "none"]) { (daemon, dir) throws in
+            let fake = dir.subdirectory("fake")
+            let result = try shell("""
+                echo kept > \(daemon.path("kept")) || exit 1
+                setfattr -n user.kvsfs.data-directory -v \(daemon.dataDirectory) \(fake) && setfattr -n user.kvsfs.store -v default \(fake) || exit 2
+                echo '<plist><dict/></plist>' | \(kvsfsBinary) import --replace \(fake) -; echo "import=$?"
+                \(kvsfsBinary) export \(fake); echo "export=$?"
+                """)
+            #expect(result.standardOutput.contains("import=1") && result.standardOutput.contains("export=1"), "\(result)")
+            #expect(result.standardError.contains("is not this store's mount"), "\(result)")
+            #expect(try export(daemon.mountpoint) == .dictionary(["kept": .string("kept")]))
+        }
+    }
+
+    @Test("a client that sends a byte now and then is cut off at the 10 s deadline, and an export waiting behind it is answered")
+    func slowClientIsCutOff() throws {
+        try withDaemon(extraArguments: ["--remote", "none"]) { (daemon, _) throws in
+            #expect(try shell("echo v > \(daemon.path("k"))").status == 0)
+            let socketPath = daemon.dataDirectory + "/default.control"
+            let slow = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(slow) }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(socketPath.utf8)) }
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(slow, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            #expect(connected == 0)
+            // A request frame that says 4 KiB follow (within the 64 KiB a request may be), then
+            // one byte each second for 24 s.
+            let started = Date()
+            let cutOff = DispatchSemaphore(value: 0)
+            Thread {
+                var bytes: [UInt8] = [0, 0, 0x10, 0]
+                for _ in 0..<24 {
+                    if send(slow, &bytes, bytes.count, Int32(MSG_NOSIGNAL)) < 0 { break }
+                    bytes = [0x20]
+                    sleep(1)
+                }
+                cutOff.signal()
+            }.start()
+            let exported = try run(kvsfsBinary, ["export", daemon.mountpoint])
+            #expect(exported.status == 0, "\(exported)")
+            #expect(Date().timeIntervalSince(started) < 18, "answered once the slow client's 10 s were up")
+            cutOff.wait()
+            #expect(Date().timeIntervalSince(started) < 18, "the daemon closed the slow connection")
         }
     }
 
