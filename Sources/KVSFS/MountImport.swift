@@ -1,12 +1,8 @@
 import FoundationEssentials
+import Glibc
 import FuseKit
 import KVStore
 import Synchronization
-
-/// Why the mount refuses an import before the store sees it.
-public struct ImportNotAllowed: Error, CustomStringConvertible {
-    public let description: String
-}
 
 /// An import (`kvsfs import`) as the mount shows it. The store takes the whole import in one
 /// transaction (`KeyValueStore.importValues`); the files of the keys it changed show the new
@@ -15,15 +11,16 @@ public struct ImportNotAllowed: Error, CustomStringConvertible {
 /// mount's nodes are brought along under the namespace lock, and then the kernel is told to
 /// forget what it holds for those keys (`KernelCache`).
 extension KeyValueFileSystem {
-    /// Where the mount sends its notices to the kernel; set once the session exists.
-    public func attach(kernelCache: any KernelCache) {
+    /// Where the mount sends its notices to the kernel: set once the session exists, and to
+    /// nil once it has ended (the session holds the file system: this would hold it back).
+    public func attach(kernelCache: (any KernelCache)?) {
         attachedKernelCache.withLock { $0 = kernelCache }
     }
 
     /// Imports `values` as one change (see `KeyValueStore.importValues`) and shows it in the
     /// mount; with `dryRun`, only says what it would change.
     public func importValues(_ values: [String: PropertyListValue], replacing: Bool, dryRun: Bool) throws -> ImportPlan {
-        if configuration.readOnly, !dryRun { throw ImportNotAllowed(description: "the mount is read-only") }
+        if configuration.readOnly, !dryRun { throw StoreError.readOnly("the mount is read-only") }
         // Checked and encoded before any lock: the mount serves its files meanwhile.
         let prepared = try store.prepareImport(values, replacing: replacing)
         if dryRun { return try store.importValues(prepared, dryRun: true) }
@@ -61,16 +58,23 @@ extension KeyValueFileSystem {
                 notices.append(.removal(name, node.inode))
                 remove(node, content: removedContent[node.inode] ?? [], in: &ns)
             }
-            if !plan.added.isEmpty || !plan.removed.isEmpty { ns.directoryModifiedAt = now }
+            if !plan.added.isEmpty || !plan.removed.isEmpty {
+                ns.directoryModifiedAt = now
+                notices.append(.content(.root))  // its modification time
+            }
             return plan
         }
         // Outside the lock: the kernel may wait on requests that need it.
         if let cache = attachedKernelCache.withLock({ $0 }) {
             for notice in notices {
+                let code: Int32
                 switch notice {
-                case .content(let inode): cache.forgetContent(of: inode)
-                case .name(let name): cache.forgetName(name, in: .root)
-                case .removal(let name, let inode): cache.announceRemoval(of: name, inode: inode, from: .root)
+                case .content(let inode): code = cache.forgetContent(of: inode)
+                case .name(let name): code = cache.forgetName(name, in: .root)
+                case .removal(let name, let inode): code = cache.announceRemoval(of: name, inode: inode, from: .root)
+                }
+                if code != 0, code != ENOENT {
+                    logger.error("the kernel refused a notice of an import (\(notice)): \(String(cString: strerror(code))); it may show old values of those keys until its cache expires")
                 }
             }
         }

@@ -194,9 +194,8 @@ public final class KeyValueStore: Sendable {
         if committed { changeObserver.withLock { $0 }?.notify() }
     }
 
-    /// What `changes` would do to the store: each key whose value they change, with its new
-    /// entry (nil: removed), and the usage that leaves. Checks every name and value; the
-    /// totals are the caller's to check.
+    /// Changes checked and ready to commit: each key whose value they change, with its new
+    /// entry (nil: removed), and the usage that leaves.
     struct StagedChanges {
         var edits: [String: Entry?]
         var usage: QuotaUsage
@@ -204,6 +203,8 @@ public final class KeyValueStore: Sendable {
         var addedBytes: Int { edits.values.reduce(0) { $0 + ($1?.size ?? 0) } }
     }
 
+    /// What `changes` would do to the store. Checks every name and value; the totals are the
+    /// caller's to check.
     func stage(_ changes: [KeyChange], in state: State) throws(StoreError) -> StagedChanges {
         let ledger = QuotaLedger(limits: state.limits)
         let unstamped = Date(timeIntervalSince1970: 0)  // each edit gets its stamp's time in `commit`
@@ -215,10 +216,7 @@ public final class KeyValueStore: Sendable {
         for change in changes {
             switch change {
             case .put(let key, let value):
-                try ledger.checkKeyName(key)
-                let xml = try PropertyListCodec.encodeXML(value)
-                try ledger.checkValueSize(xml.count)
-                staged[key] = .some(Entry(key: key, xml: xml, type: value.type, modifiedAt: unstamped))
+                staged[key] = .some(try ledger.checkedEntry(key, value, modifiedAt: unstamped))
             case .delete(let key):
                 guard current(key) != nil else { throw .noSuchKey(key) }
                 staged[key] = .some(nil)

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The limits of one store. Defaults are those of the modelled store.
 ///
 /// A value's size is the length in bytes of its canonical XML property list (what `cat`
@@ -42,6 +44,15 @@ public struct QuotaLedger: Sendable {
         if !KeyName.isCanonical(key) { throw .invalidKey("the name \(key.debugDescription) is not in Unicode normalization form C") }
         let bytes = key.utf8.count
         if bytes > limits.keyNameBytes { throw .keyTooLong(bytes: bytes, limit: limits.keyNameBytes) }
+    }
+
+    /// `value` as the store keeps it under `key`, checked: the key's name, and the size of the
+    /// value's canonical XML against the per-value limit.
+    func checkedEntry(_ key: String, _ value: PropertyListValue, modifiedAt: Date) throws(StoreError) -> KeyValueStore.Entry {
+        try checkKeyName(key)
+        let xml = try PropertyListCodec.encodeXML(value)
+        try checkValueSize(xml.count)
+        return KeyValueStore.Entry(key: key, xml: xml, type: value.type, modifiedAt: modifiedAt)
     }
 
     /// Checks one value's size against the per-value limit.

@@ -2,7 +2,7 @@ import Foundation
 
 /// What an import changes, key by key, sorted: the keys it adds, those whose value it
 /// replaces, those it removes (`--replace`), and how many it leaves as they were.
-public struct ImportPlan: Sendable, Equatable {
+public struct ImportPlan: Sendable, Equatable, Codable {
     public var added: [String] = []
     public var changed: [String] = []
     public var removed: [String] = []
@@ -14,12 +14,18 @@ public struct ImportPlan: Sendable, Equatable {
     public var keys: [String] { (added + changed + removed).sorted() }
 }
 
-/// An import refused as a whole, and the key that made it so.
+/// An import refused as a whole, and the key that made it so (nil when the refusal is not
+/// about any one key: a read-only store, a failing disk).
 public struct ImportRefusal: Error, Equatable, CustomStringConvertible {
-    public let key: String
+    public let key: String?
     public let reason: StoreError
 
-    public var description: String { "\(key.debugDescription): \(reason)" }
+    public init(key: String?, reason: StoreError) {
+        self.key = key
+        self.reason = reason
+    }
+
+    public var description: String { key.map { "\($0.debugDescription): \(reason)" } ?? "\(reason)" }
 }
 
 /// An import's values, checked and encoded (`KeyValueStore.prepareImport`): the slow part of
@@ -44,12 +50,8 @@ extension KeyValueStore {
         let unstamped = Date(timeIntervalSince1970: 0)  // each gets its stamp's time when committed
         var entries = [String: Entry](minimumCapacity: keys.count)
         for key in keys {
-            let value = values[key]!
             do throws(StoreError) {
-                try ledger.checkKeyName(key)
-                let xml = try PropertyListCodec.encodeXML(value)
-                try ledger.checkValueSize(xml.count)
-                entries[key] = Entry(key: key, xml: xml, type: value.type, modifiedAt: unstamped)
+                entries[key] = try ledger.checkedEntry(key, values[key]!, modifiedAt: unstamped)
             } catch {
                 throw ImportRefusal(key: key, reason: error)
             }
@@ -67,7 +69,7 @@ extension KeyValueStore {
     /// named is the first that does not fit, taking removals first, then the keys in order.
     public func importValues(_ prepared: PreparedImport, dryRun: Bool) throws(ImportRefusal) -> ImportPlan {
         let keys = prepared.keys
-        if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: keys.first ?? "", reason: .readOnly(reason)) }
+        if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: nil, reason: .readOnly(reason)) }
         let result = state.withLock { (state: inout State) -> Result<ImportPlan, ImportRefusal> in
             let removals = prepared.replacing ? state.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
             var edits = [String: Entry?]()
@@ -94,13 +96,13 @@ extension KeyValueStore {
             do throws(StoreError) {
                 try ledger.checkResult(before: state.usage, after: staged.usage, added: staged.addedBytes)
             } catch {
-                return .failure(firstKeyOverQuota(staged, order: removals + keys, in: state, ledger: ledger) ?? ImportRefusal(key: keys.first ?? "", reason: error))
+                return .failure(firstKeyOverQuota(staged, order: removals + keys, in: state, ledger: ledger) ?? ImportRefusal(key: nil, reason: error))
             }
             guard !dryRun, !staged.edits.isEmpty else { return .success(plan) }
             do throws(StoreError) {
                 try commit(staged, in: &state)
             } catch {
-                return .failure(ImportRefusal(key: plan.keys.first ?? "", reason: error))
+                return .failure(ImportRefusal(key: nil, reason: error))
             }
             return .success(plan)
         }

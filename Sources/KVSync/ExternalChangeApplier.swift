@@ -90,10 +90,12 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
         try store.applyExternal(taken, mode: mode)
         let changed = before.filter { key, old in store.entry(forKey: key)?.xml != old }.map(\.key)
         guard root >= 0 else { return changed }
+        var takenStamps = [String: Swift.Set<ChangeStamp>]()
+        for change in taken { takenStamps[change.key, default: []].insert(change.stamp) }
         for key in changed.sorted() {
             // The change the store holds now: the batch's latest for the key, unless a local
             // write came since, which the mount has shown already.
-            guard let change = store.allChanges(forKey: key), taken.contains(where: { $0.key == key && $0.stamp == change.stamp }) else { continue }
+            guard let change = store.allChanges(forKey: key), takenStamps[key]?.contains(change.stamp) == true else { continue }
             let keyIsNew = before[key] == .some(nil)
             applying.begin(change, mode: .merge, keyIsNew: keyIsNew)
             let name = fileName(key)

@@ -19,7 +19,6 @@ extension SyncEngine {
         var recorded = stored != nil
         var fetched = position
         var newer = [String: StampedChange]()
-        var confirmations = [StampedChange]()
         while true {
             let batch: ChangeBatch
             do {
@@ -30,6 +29,7 @@ extension SyncEngine {
                 try await push()
                 return
             }
+            var confirmations = [StampedChange]()
             for change in admit(batch) {
                 if store.accepts(change) {
                     if newer[change.key].map({ change.stamp > $0.stamp }) ?? true { newer[change.key] = change }
@@ -37,9 +37,11 @@ extension SyncEngine {
                     confirmations.append(change)
                 }
             }
+            // The remote confirming this mount's own changes: taken in at once, as taking one
+            // in again changes nothing.
+            if !confirmations.isEmpty { try store.applyExternal(confirmations) }
             fetched = fetched.after(batch)
             guard batch.complete || newer.count >= Self.keysPerApply else { continue }
-            if !confirmations.isEmpty { try store.applyExternal(confirmations) }
             // A failure leaves the cursor where it was: the round fails, and the next one
             // (after backoff) fetches and applies these changes again.
             let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp }, mode: .merge)
@@ -52,7 +54,6 @@ extension SyncEngine {
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
             if batch.complete { break }
             newer.removeAll(keepingCapacity: true)
-            confirmations.removeAll(keepingCapacity: true)
         }
     }
 

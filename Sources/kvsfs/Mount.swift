@@ -145,6 +145,7 @@ struct Mount: ParsableCommand {
         MountProbe.whenAnswering(path) { Readiness.ready() }
         let status = mount.run()
         control?.stop()
+        fileSystem.attach(kernelCache: nil)
         Readiness.stopping()
         sync?.stop()
         try keyValueStore.makeDurable()
