@@ -49,6 +49,13 @@ public protocol ChangeLog: Sendable {
     /// write.
     func readOnlyReason(of store: String) async throws(CloudError) -> String?
 
+    /// The versions of `key` the store keeps (`HistoryPolicy`), newest first, without their
+    /// values; none for a key it never held, or whose removal is past the retention time.
+    func history(of key: String, in store: String) async throws(CloudError) -> [KeyVersion]
+
+    /// One version of `key` with its value; nil when the store keeps no such version of it.
+    func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion?
+
     /// Forgets any batch a wait fetched ahead, so that the next `changes` asks the storage
     /// itself.
     func discardPrefetched()

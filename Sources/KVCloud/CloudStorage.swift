@@ -15,6 +15,10 @@ public protocol CloudStorage: Sendable {
     func cursor(of store: String) throws(CloudError) -> Int64
     func limits(of store: String) throws(CloudError) -> QuotaLimits
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError)
+    func history(of key: String, in store: String) throws(CloudError) -> [KeyVersion]
+    func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion?
+    func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy
+    func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError)
 }
 
 extension CloudStorage {

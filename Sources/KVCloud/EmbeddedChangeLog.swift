@@ -55,6 +55,14 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
         try await withStorage { storage throws(CloudError) in try storage.cursor(of: store) }
     }
 
+    public func history(of key: String, in store: String) async throws(CloudError) -> [KeyVersion] {
+        try await withStorage { storage throws(CloudError) in try storage.history(of: key, in: store) }
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion? {
+        try await withStorage { storage throws(CloudError) in try storage.version(version, of: key, in: store) }
+    }
+
     /// The mark is checked by the fetch that follows a wake-up.
     public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
                                timeout: Duration) async throws(CloudError) -> Bool {
@@ -125,9 +133,10 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
 }
 
 extension EmbeddedChangeLog where C == ContinuousClock {
-    /// The embedded remote: a shared SQLite database at `path`. `limits`, when given, become
-    /// `store`'s limits each time it is opened.
-    public static func file(path: String, store: String, limits: QuotaLimits? = nil) -> EmbeddedChangeLog<ContinuousClock> {
+    /// The embedded remote: a shared SQLite database at `path`. `limits` and `history`, when
+    /// given, become `store`'s each time it is opened.
+    public static func file(path: String, store: String, limits: QuotaLimits? = nil,
+                            history: HistoryPolicy? = nil) -> EmbeddedChangeLog<ContinuousClock> {
         // Every commit writes the write-ahead log (and a checkpoint, the database).
         EmbeddedChangeLog(description: "file://\(path)", clock: ContinuousClock(), watchedFiles: [path + "-wal", path]) { () throws(CloudError) in
             guard FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent) else {
@@ -135,6 +144,7 @@ extension EmbeddedChangeLog where C == ContinuousClock {
             }
             let storage = try SQLiteCloudStorage(path: path)
             if let limits { try storage.setLimits(limits, of: store) }
+            if let history { try storage.setHistoryPolicy(history, of: store) }
             return storage
         }
     }

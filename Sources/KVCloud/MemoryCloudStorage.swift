@@ -9,6 +9,16 @@ public final class MemoryCloudStorage: CloudStorage {
         var usage = QuotaUsage(bytes: 0, keys: 0)
         var cursor: Int64 = 0
         var latest: [String: (change: StampedChange, cursor: Int64)] = [:]
+        var history = HistoryPolicy.standard
+        /// Per key, the versions the policy keeps, oldest first.
+        var versions: [String: [KeyVersion]] = [:]
+
+        /// Newest first, as `history(of:in:)` answers; none once a removal is past retention.
+        func kept(_ key: String, now: Int64) -> [KeyVersion] {
+            let held = (versions[key] ?? []).suffix(history.versions).reversed()
+            guard let latest = held.first, history.keeps(latest: latest, now: now) else { return [] }
+            return Array(held)
+        }
 
         func check(_ mark: HistoryMark?) throws(CloudError) {
             guard let mark else { return }
@@ -53,7 +63,13 @@ public final class MemoryCloudStorage: CloudStorage {
             for key in admitted.keys { current[key] = rows.latest[key]?.change }
             let decision = CloudLedger.decide(admitted, current: current,
                                               state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor))
-            for (change, cursor) in decision.writes { rows.latest[change.key] = (change, cursor) }
+            for (change, cursor) in decision.writes {
+                rows.latest[change.key] = (change, cursor)
+                // A key removed longer ago than the retention time has no history.
+                var versions = Array(rows.kept(change.key, now: admitted.now).reversed())
+                versions.append(KeyVersion(change, at: cursor, withValue: true))
+                rows.versions[change.key] = Array(versions.suffix(rows.history.versions))
+            }
             rows.usage = decision.state.usage
             rows.cursor = decision.state.cursor
             stores[store] = rows
@@ -92,5 +108,36 @@ public final class MemoryCloudStorage: CloudStorage {
     public func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) {
         try StoreName.check(store)
         stores.withLock { $0[store, default: StoreRows()].limits = limits }
+    }
+
+    public func history(of key: String, in store: String) throws(CloudError) -> [KeyVersion] {
+        try StoreName.check(store)
+        let key = try HistoryPolicy.requestedKey(key)
+        let now = admission.now()
+        return stores.withLock { stores in
+            (stores[store]?.kept(key, now: now) ?? []).map { version in
+                var listed = version
+                listed.value = nil
+                return listed
+            }
+        }
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion? {
+        try StoreName.check(store)
+        let key = try HistoryPolicy.requestedKey(key)
+        let now = admission.now()
+        return stores.withLock { stores in stores[store]?.kept(key, now: now).first { $0.version == version } }
+    }
+
+    public func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy {
+        try StoreName.check(store)
+        return stores.withLock { $0[store]?.history ?? .standard }
+    }
+
+    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError) {
+        try StoreName.check(store)
+        try policy.check()
+        stores.withLock { $0[store, default: StoreRows()].history = policy }
     }
 }

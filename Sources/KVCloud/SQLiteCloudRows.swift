@@ -33,6 +33,9 @@ extension SQLiteCloudStorage {
         let db: Database
         let store: String
         let state: CloudStoreState
+        let history: HistoryPolicy
+        /// When removed keys' histories were last dropped (milliseconds since 1970).
+        let sweptAt: Int64
 
         init(db: Database, store: String) throws {
             self.db = db
@@ -51,6 +54,21 @@ extension SQLiteCloudStorage {
             state = CloudStoreState(limits: try Self.limits(row),
                                     usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
                                     cursor: try row.decode(forColumn: "cursor"))
+            history = try Self.historyPolicy(row)
+            sweptAt = try row.decode(forColumn: "historySweptAt")
+        }
+
+        /// The store's history policy as stored; one outside the policy's ranges (written by
+        /// another program) is refused with its reason.
+        static func historyPolicy(_ row: Row) throws -> HistoryPolicy {
+            let policy = HistoryPolicy(versions: try row.decode(forColumn: "historyVersions"),
+                                       retentionDays: try row.decode(forColumn: "historyDays"))
+            try policy.check()
+            return policy
+        }
+
+        static func historyPolicy(db: Database, store: String) throws -> HistoryPolicy? {
+            try Row.fetchOne(db, sql: "SELECT * FROM cloudStore WHERE id = ?", arguments: [store]).map { try historyPolicy($0) }
         }
 
         static func limits(_ row: Row) throws -> QuotaLimits {
@@ -101,7 +119,10 @@ extension SQLiteCloudStorage {
         /// parameters (32766).
         static let lookupBatch = 256
 
-        func apply(_ decision: PushDecision) throws {
+        /// Writes the decision's changes as the keys' latest and as new versions of them, drops
+        /// versions beyond the history policy, and, at most once an hour, the histories of keys
+        /// removed longer ago than its retention time. `now`: milliseconds since 1970.
+        func apply(_ decision: PushDecision, now: Int64) throws {
             guard !decision.writes.isEmpty else { return }
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -120,8 +141,58 @@ extension SQLiteCloudStorage {
                 try row.bind(8, cursor)
                 try row.run(in: db)
             }
+            try recordVersions(decision.writes, now: now)
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
+            if now.subtractingReportingOverflow(sweptAt).partialValue >= Self.sweepInterval || now < sweptAt {
+                try db.cachedStatement(sql: """
+                    DELETE FROM cloudVersion WHERE store = ? AND key IN
+                        (SELECT key FROM cloudChange WHERE store = ? AND value IS NULL AND time < ?)
+                    """).execute(arguments: [store, store, history.oldestKeptRemoval(now: now)])
+                try db.cachedStatement(sql: "UPDATE cloudStore SET historySweptAt = ? WHERE id = ?").execute(arguments: [now, store])
+            }
+        }
+
+        /// How often a push drops the histories of keys removed past the retention time.
+        static let sweepInterval: Int64 = 3_600_000
+
+        private func recordVersions(_ writes: [(change: StampedChange, cursor: Int64)], now: Int64) throws {
+            // A key removed longer ago than the retention time has no history, swept or not.
+            let forget = try db.cachedStatement(sql: """
+                DELETE FROM cloudVersion WHERE store = ?1 AND key = ?2 AND
+                    (SELECT type IS NULL AND time < ?3 FROM cloudVersion WHERE store = ?1 AND key = ?2 ORDER BY cursor DESC LIMIT 1)
+                """)
+            let insert = try db.cachedStatement(sql: """
+                INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            // Everything of the key up to and including its (versions)th newest is older than
+            // what the policy keeps once this version is in.
+            let trim = try db.cachedStatement(sql: """
+                DELETE FROM cloudVersion WHERE store = ?1 AND key = ?2 AND cursor <=
+                    (SELECT cursor FROM cloudVersion WHERE store = ?1 AND key = ?2 ORDER BY cursor DESC LIMIT 1 OFFSET ?3)
+                """)
+            for (change, cursor) in writes {
+                let expired = DirectBinding(forget)
+                try expired.bind(1, store)
+                try expired.bind(2, change.key)
+                try expired.bind(3, history.oldestKeptRemoval(now: now))
+                try expired.run(in: db)
+                let row = DirectBinding(insert)
+                try row.bind(1, store)
+                try row.bind(2, change.key)
+                try row.bind(3, cursor)
+                try row.bind(4, change.value)
+                try row.bind(5, change.type?.rawValue)
+                try row.bind(6, change.stamp.time)
+                try row.bind(7, Int64(change.stamp.counter))
+                try row.bind(8, change.stamp.device)
+                try row.run(in: db)
+                let old = DirectBinding(trim)
+                try old.bind(1, store)
+                try old.bind(2, change.key)
+                try old.bind(3, Int64(history.versions))
+                try old.run(in: db)
+            }
         }
     }
 }

@@ -5,9 +5,10 @@ import KVStore
 /// Cloud storage in one SQLite database (WAL), safe for several processes at once: every
 /// push is one IMMEDIATE transaction, and readers never block it.
 ///
-/// Tables: `cloudStore` (per store: the newest cursor, the usage, the limits), `cloudChange`
-/// (per store and key: the latest accepted change and the cursor it was accepted at),
-/// `cloudSetting` (the remote's identity).
+/// Tables: `cloudStore` (per store: the newest cursor, the usage, the limits, the history
+/// policy), `cloudChange` (per store and key: the latest accepted change and the cursor it was
+/// accepted at), `cloudVersion` (per store and key: the versions `HistoryPolicy` keeps, the
+/// latest included), `cloudSetting` (the remote's identity).
 public final class SQLiteCloudStorage: CloudStorage {
     private let database: DatabasePool
     private let admission: AdmissionPolicy
@@ -64,6 +65,31 @@ public final class SQLiteCloudStorage: CloudStorage {
                 t.column("value", .text).notNull()
             }
             try db.execute(sql: "INSERT INTO cloudSetting (name, value) VALUES ('identity', ?)", arguments: [UUID().uuidString.lowercased()])
+        }
+        migrator.registerMigration("v2 key history") { db in
+            try db.alter(table: "cloudStore") { t in
+                t.add(column: "historyVersions", .integer).notNull().defaults(to: HistoryPolicy.standard.versions)
+                t.add(column: "historyDays", .integer).notNull().defaults(to: HistoryPolicy.standard.retentionDays)
+                // When removed keys' histories were last dropped (milliseconds since 1970).
+                t.add(column: "historySweptAt", .integer).notNull().defaults(to: 0)
+            }
+            try db.create(table: "cloudVersion", options: [.withoutRowID]) { t in
+                t.column("store", .text).notNull()
+                t.column("key", .text).notNull()
+                t.column("cursor", .integer).notNull()
+                t.column("value", .blob)
+                t.column("type", .text)
+                t.column("time", .integer).notNull()
+                t.column("counter", .integer).notNull()
+                t.column("device", .text).notNull()
+                t.primaryKey(["store", "key", "cursor"])
+                t.check(sql: "(value IS NULL) = (type IS NULL)")
+            }
+            // Each key's latest change is the first version its history holds.
+            try db.execute(sql: """
+                INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device)
+                SELECT store, key, cursor, value, type, time, counter, device FROM cloudChange
+                """)
         }
         return migrator
     }
@@ -124,7 +150,7 @@ public final class SQLiteCloudStorage: CloudStorage {
         if let mark { try mark.check(newest: table.state.cursor, held: try self.mark(in: store, key: mark.key, db)) }
         let (current, unreadable) = try table.current(admission.keys)
         let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
-        try table.apply(decision)
+        try table.apply(decision, now: admission.now)
         return decision.outcome
     }
 
@@ -197,6 +223,69 @@ public final class SQLiteCloudStorage: CloudStorage {
         let stamp = ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"),
                                 device: String(decoding: device, as: UTF8.self))
         return HistoryMark(key: key, cursor: try row.decode(forColumn: "cursor"), stamp: stamp)
+    }
+
+    public func history(of key: String, in store: String) throws(CloudError) -> [KeyVersion] {
+        try StoreName.check(store)
+        let key = try HistoryPolicy.requestedKey(key)
+        let now = admission.now()
+        return try run {
+            try self.database.read { db in
+                guard let policy = try Table.historyPolicy(db: db, store: store) else { return [] }
+                let versions = try Self.versions(of: key, in: store, limit: policy.versions, withValues: false, db)
+                guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return [] }
+                return versions
+            }
+        }
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion? {
+        try StoreName.check(store)
+        let key = try HistoryPolicy.requestedKey(key)
+        let now = admission.now()
+        return try run {
+            try self.database.read { db in
+                guard let policy = try Table.historyPolicy(db: db, store: store) else { return nil }
+                let versions = try Self.versions(of: key, in: store, limit: policy.versions, withValues: true, db)
+                guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return nil }
+                return versions.first { $0.version == version }
+            }
+        }
+    }
+
+    /// The newest `limit` versions of `key`, newest first; a row that cannot be read fails the
+    /// whole answer with its reason.
+    private static func versions(of key: String, in store: String, limit: Int, withValues: Bool,
+                                 _ db: Database) throws -> [KeyVersion] {
+        let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudVersion
+            WHERE store = ? AND key = CAST(? AS TEXT) ORDER BY cursor DESC LIMIT ?
+            """), arguments: [store, Data(key.utf8), limit])
+        return try rows.map { row in
+            let cursor: Int64 = try row.decode(forColumn: "cursor")
+            do {
+                return KeyVersion(try change(row), at: cursor, withValue: withValues)
+            } catch {
+                throw CloudError.unavailable("the version at cursor \(cursor) of \(key.debugDescription) cannot be read: \(error)")
+            }
+        }
+    }
+
+    public func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy {
+        try StoreName.check(store)
+        return try run { try self.database.read { db in try Table.historyPolicy(db: db, store: store) ?? .standard } }
+    }
+
+    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError) {
+        try StoreName.check(store)
+        try policy.check()
+        try run {
+            try self.database.write { db in
+                _ = try Table(db: db, store: store)
+                try db.execute(sql: "UPDATE cloudStore SET historyVersions = ?, historyDays = ? WHERE id = ?",
+                               arguments: [policy.versions, policy.retentionDays, store])
+            }
+        }
     }
 
     public func limits(of store: String) throws(CloudError) -> QuotaLimits {

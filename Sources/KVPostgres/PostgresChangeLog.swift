@@ -76,6 +76,55 @@ extension PostgresServerStorage {
         }
     }
 
+    public func history(of key: String, in store: String) async throws(CloudError) -> [KeyVersion] {
+        try await versions(of: key, in: store, withValueAt: nil)
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion? {
+        try await versions(of: key, in: store, withValueAt: version).first { $0.version == version }
+    }
+
+    /// The versions of `key` its store's policy keeps, newest first, with the value of the one
+    /// accepted at `valued` only; none once the key's removal is past the retention time. A
+    /// stored policy outside its ranges is refused with its reason, and a row that cannot be
+    /// read fails the whole answer with its reason, as in the file remote.
+    private func versions(of key: String, in store: String, withValueAt valued: Int64?) async throws(CloudError) -> [KeyVersion] {
+        try StoreName.check(store)
+        let key = try HistoryPolicy.requestedKey(key)
+        // PostgreSQL's text holds no NUL: no row can have such a key.
+        guard !key.utf8.contains(0) else { return [] }
+        let now = admission.now()
+        return try await run {
+            // One row without a version when the store keeps none of the key; none without the store.
+            let rows = try await client.query("""
+                SELECT s.history_versions, s.history_days, v.cursor, CASE WHEN v.cursor = \(valued)::bigint THEN v.value END,
+                       octet_length(v.value), v.type, v.time, v.counter, v.device
+                FROM kvsfs_store s LEFT JOIN LATERAL (
+                    SELECT * FROM kvsfs_version WHERE store = s.id AND key = \(key)
+                    ORDER BY cursor DESC LIMIT greatest(s.history_versions, 0)) v ON true
+                WHERE s.id = \(store)
+                """, logger: logger)
+            var policy: HistoryPolicy?
+            var versions = [KeyVersion]()
+            for try await row in rows.decode((Int, Int, Int64?, Data?, Int?, String?, Int64?, Int32?, String?).self) {
+                let (kept, days, cursor, value, size, typeName, time, counter, device) = row
+                policy = HistoryPolicy(versions: kept, retentionDays: days)
+                guard let cursor, let time, let counter, let device else { continue }
+                let type = typeName.flatMap(ValueType.init(rawValue:))
+                if let typeName, type == nil {
+                    throw CloudError.unavailable("the version at cursor \(cursor) of \(key.debugDescription) cannot be read: "
+                                                 + "its type \(typeName.debugDescription) is unknown")
+                }
+                versions.append(KeyVersion(version: cursor, stamp: ChangeStamp(time: time, counter: counter, device: device),
+                                           type: type, size: size ?? 0, value: value))
+            }
+            guard let policy else { return [] }
+            try policy.check()
+            guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return [] }
+            return versions
+        }
+    }
+
     private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64)
 
     private static func change(_ row: ChangeRow) -> StampedChange {

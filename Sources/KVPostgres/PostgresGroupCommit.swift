@@ -8,9 +8,10 @@ import PostgresNIO
 // A group of pushes (`PushGroups`) committed as one transaction: every store of the group
 // locked in the order of its id (so that instances committing groups at once never deadlock),
 // each push decided by `CloudLedger` in turn against the rows its predecessors left, then
-// every written row in one statement, every store's totals and notification in another.
-// Round trips: begin, lock and read, write the rows, update the stores, commit; the same for
-// one push or hundreds (and once per store and instance, the statement that makes its row).
+// every written row and version in one statement, every store's totals, trimmed histories and
+// notification in another. Round trips: begin, lock and read, write the rows, update the
+// stores, commit; the same for one push or hundreds (and once per store and instance, the
+// statement that makes its row).
 
 extension PostgresServerStorage {
     /// Commits `group` and answers each push in order: its outcome, or its own refusal (a mark
@@ -32,11 +33,12 @@ extension PostgresServerStorage {
         let stores = Array(Set(group.map(\.store))).sorted()
         var locked = try await Self.lock(stores, keys: group, db, logger)
         var results = [Result<PushOutcome, CloudError>]()
-        var written = [RowKey]()  // in the order first written; each once
-        var seen = Set<RowKey>()
+        var versions = [(store: String, row: KeyRow)]()  // every accepted write, in order
         var changedStores = Set<String>()
+        var admittedAt = [String: Int64]()  // per changed store, the newest clock reading its pushes were admitted at
+        var forgotten = [RowKey: Int64]()  // keys whose versions below a cursor go: their removal had expired
         for push in group {
-            guard let state = locked.states[push.store] else {
+            guard let state = locked.states[push.store], let history = locked.histories[push.store] else {
                 // Its row went (the account was removed) after it was made: made again on a retry.
                 knownStores.withLock { _ = $0.remove(push.store) }
                 results.append(.failure(.unavailable("store \(push.store) vanished during a push")))
@@ -44,6 +46,9 @@ extension PostgresServerStorage {
             }
             let rows = locked.rows[push.store] ?? [:]
             do {
+                // A policy outside its ranges (written by another program) refuses the push, as
+                // the file remote does.
+                try history.policy.check()
                 // Under the store's lock, against the rows the push decides by.
                 if let mark = push.mark { try mark.check(newest: state.cursor, held: rows[mark.key].map(\.mark)) }
             } catch {
@@ -53,26 +58,69 @@ extension PostgresServerStorage {
             let current = rows.filter { push.pushedKeys.contains($0.key) }.mapValues(\.change)
             let decision = CloudLedger.decide(push.admitted, current: current, state: state, storesNUL: false)
             for (change, cursor) in decision.writes {
-                locked.rows[push.store, default: [:]][change.key] = KeyRow(change: change, cursor: cursor)
-                let row = RowKey(store: push.store, key: change.key)
-                if seen.insert(row).inserted { written.append(row) }
+                // A key removed longer ago than the retention time has no history, swept or not:
+                // what it had before this write goes.
+                if let previous = locked.rows[push.store]?[change.key], previous.change.isTombstone,
+                   previous.change.stamp.time < history.policy.oldestKeptRemoval(now: push.admitted.now) {
+                    forgotten[RowKey(store: push.store, key: change.key)] = cursor
+                }
+                let row = KeyRow(change: change, cursor: cursor)
+                locked.rows[push.store, default: [:]][change.key] = row
+                versions.append((push.store, row))
             }
             if !decision.writes.isEmpty {
                 locked.states[push.store] = decision.state
                 changedStores.insert(push.store)
+                admittedAt[push.store] = max(admittedAt[push.store] ?? .min, push.admitted.now)
             }
             results.append(.success(decision.outcome))
         }
         guard !changedStores.isEmpty else { return results }
-        try await Self.write(written.compactMap { row in locked.rows[row.store]?[row.key].map { (row.store, $0) } }, db, logger)
-        // The notifications reach every listening instance when the transaction commits.
+        try await Self.write(versions, db, logger)
+        // The histories of written keys trimmed to their stores' policies and, at most once an
+        // hour per store, those of keys removed longer ago than the retention time dropped;
+        // the notifications reach every listening instance when the transaction commits.
         let updated = changedStores.sorted()
         let states = updated.map { locked.states[$0]! }
+        var sweptAt = [Int64]()
+        var swept = [(store: String, oldest: Int64)]()
+        for store in updated {
+            let history = locked.histories[store]!
+            let now = admittedAt[store]!
+            if now.subtractingReportingOverflow(history.sweptAt).partialValue >= Self.historySweepInterval || now < history.sweptAt {
+                sweptAt.append(now)
+                swept.append((store, history.policy.oldestKeptRemoval(now: now)))
+            } else {
+                sweptAt.append(history.sweptAt)
+            }
+        }
+        let forgetting = Array(forgotten)
+        var seen = Set<RowKey>()
+        let keys = versions.map { RowKey(store: $0.store, key: $0.row.change.key) }.filter { seen.insert($0).inserted }
         try await db.query("""
-            WITH updated AS (
-                UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys
+            WITH dropped AS (
+                DELETE FROM kvsfs_version v USING (
+                    SELECT store, key, cursor FROM (
+                        SELECT k.store, k.key, k.cursor, s.history_versions,
+                               row_number() OVER (PARTITION BY k.store, k.key ORDER BY k.cursor DESC) AS newness
+                        FROM unnest(\(keys.map(\.store))::text[], \(keys.map(\.key))::text[]) AS w(store, key)
+                        JOIN kvsfs_store s ON s.id = w.store
+                        JOIN kvsfs_version k ON k.store = w.store AND k.key = w.key) ranked
+                    WHERE newness > history_versions
+                    UNION
+                    SELECT k.store, k.key, k.cursor FROM unnest(\(swept.map(\.store))::text[], \(swept.map(\.oldest))::bigint[]) AS e(store, oldest)
+                    JOIN kvsfs_change c ON c.store = e.store AND c.value IS NULL AND c.time < e.oldest
+                    JOIN kvsfs_version k ON k.store = c.store AND k.key = c.key
+                    UNION
+                    SELECT k.store, k.key, k.cursor
+                    FROM unnest(\(forgetting.map(\.key.store))::text[], \(forgetting.map(\.key.key))::text[],
+                                \(forgetting.map(\.value))::bigint[]) AS f(store, key, below)
+                    JOIN kvsfs_version k ON k.store = f.store AND k.key = f.key AND k.cursor < f.below) old
+                WHERE v.store = old.store AND v.key = old.key AND v.cursor = old.cursor),
+            updated AS (
+                UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys, history_swept_at = u.swept_at
                 FROM unnest(\(updated)::text[], \(states.map(\.cursor))::bigint[], \(states.map(\.usage.bytes))::bigint[],
-                            \(states.map(\.usage.keys))::bigint[]) AS u(id, cursor, bytes, keys)
+                            \(states.map(\.usage.keys))::bigint[], \(sweptAt)::bigint[]) AS u(id, cursor, bytes, keys, swept_at)
                 WHERE s.id = u.id RETURNING s.id)
             SELECT pg_notify(\(Self.channel), \(instance + " ") || id) FROM updated
             """, logger: logger)
@@ -85,19 +133,31 @@ extension PostgresServerStorage {
         let key: String
     }
 
-    /// Each key's latest change, in one INSERT of any number of rows (each key once: the
-    /// group's last), as arrays: nine parameters, whatever the group's size.
+    /// How often a group drops, per store, the histories of keys removed past the retention
+    /// time (milliseconds), as the file remote does.
+    static let historySweepInterval: Int64 = 3_600_000
+
+    /// Every accepted write as a version of its key, and each key's latest (the one accepted
+    /// at its highest cursor) as its row, in one statement of any number of rows, as arrays:
+    /// nine parameters, whatever the group's size, each value sent once.
     private static func write(_ rows: [(store: String, row: KeyRow)], _ db: PostgresConnection, _ logger: Logger) async throws {
         let changes = rows.map(\.row.change)
         // bytea[] and text[] hold no NULL here: a tombstone is flagged, a missing type is ''.
         try await db.query("""
-            INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
-            SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END, NULLIF(type, ''), time, counter, device, cursor
-            FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
+            WITH written AS (
+                SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END AS value, NULLIF(type, '') AS type,
+                       time, counter, device, cursor
+                FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
                         \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
                         \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
                         \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[])
-                AS row(store, key, value, tombstone, type, time, counter, device, cursor)
+                    AS row(store, key, value, tombstone, type, time, counter, device, cursor)),
+            versions AS (
+                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device)
+                SELECT store, key, cursor, value, type, time, counter, device FROM written)
+            INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
+            SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor FROM written
+            ORDER BY store, key, cursor DESC
             ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                 counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
             """, logger: logger)
@@ -121,10 +181,19 @@ extension PostgresServerStorage {
         knownStores.withLock { $0.formUnion(unseen) }
     }
 
-    /// What a group's lock read: each store's state, and the rows of the keys its pushes name.
+    /// What a group's lock read: each store's state and history settings, and the rows of the
+    /// keys its pushes name.
     private struct Locked {
         var states: [String: CloudStoreState] = [:]
+        var histories: [String: StoreHistory] = [:]
         var rows: [String: [String: KeyRow]] = [:]
+    }
+
+    /// A store's history policy as stored (unchecked), and when its removed keys' histories
+    /// were last dropped (milliseconds since 1970).
+    private struct StoreHistory {
+        let policy: HistoryPolicy
+        let sweptAt: Int64
     }
 
     /// Locks the rows of `stores` (in the order of their ids) and reads their states with the
@@ -134,20 +203,24 @@ extension PostgresServerStorage {
         let pairs = group.flatMap { push in push.keys.map { (push.store, $0) } }.filter { seen.insert(RowKey(store: $0.0, key: $0.1)).inserted }
         let rows = try await db.query("""
             WITH locked AS (
-                SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes FROM kvsfs_store
+                SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
+                       history_versions, history_days, history_swept_at FROM kvsfs_store
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
-                   c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor
+                   l.history_versions, l.history_days, l.history_swept_at, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.* FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
             """, logger: logger)
         var locked = Locked()
-        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, String?, Data?, String?, Int64?, Int32?, String?, Int64?).self) {
-            let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, key, value, type, time, counter, device, keyCursor) = row
+        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64,
+                                          String?, Data?, String?, Int64?, Int32?, String?, Int64?).self) {
+            let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt,
+                 key, value, type, time, counter, device, keyCursor) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
+            locked.histories[store] = StoreHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt)
             if let key, let time, let counter, let device, let keyCursor {
                 locked.rows[store, default: [:]][key] = KeyRow(
                     change: StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),

@@ -43,6 +43,29 @@ enum PostgresSchema {
             try await db.query("INSERT INTO kvsfs_setting (name, value) VALUES ('identity', \(UUID().uuidString.lowercased()))",
                                logger: logger)
         },
+        PostgresMigration(name: "v2 key history") { db, logger in
+            for statement in [
+                // The policy's defaults as `HistoryPolicy.standard` had them when this was written;
+                // history_swept_at: when removed keys' histories were last dropped (ms since 1970).
+                """
+                ALTER TABLE kvsfs_store ADD COLUMN history_versions integer NOT NULL DEFAULT 16,
+                    ADD COLUMN history_days integer NOT NULL DEFAULT 30, ADD COLUMN history_swept_at bigint NOT NULL DEFAULT 0
+                """,
+                """
+                CREATE TABLE kvsfs_version (
+                    store text NOT NULL REFERENCES kvsfs_store ON DELETE CASCADE, key text NOT NULL, cursor bigint NOT NULL,
+                    value bytea, type text, time bigint NOT NULL, counter integer NOT NULL, device text NOT NULL,
+                    PRIMARY KEY (store, key, cursor), CHECK ((value IS NULL) = (type IS NULL)))
+                """,
+                // Each key's latest change is the first version its history holds.
+                """
+                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device)
+                SELECT store, key, cursor, value, type, time, counter, device FROM kvsfs_change
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

@@ -143,6 +143,41 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
     }
 
+    // MARK: - History policy
+
+    /// What `store` keeps of each key's past (`HistoryPolicy.standard` until set); a stored
+    /// policy outside its ranges is refused with its reason.
+    public func historyPolicy(of store: String) async throws(CloudError) -> HistoryPolicy {
+        try StoreName.check(store)
+        return try await run {
+            let rows = try await client.query("SELECT history_versions, history_days FROM kvsfs_store WHERE id = \(store)", logger: logger)
+            for try await (versions, days) in rows.decode((Int, Int).self) {
+                let policy = HistoryPolicy(versions: versions, retentionDays: days)
+                try policy.check()
+                return policy
+            }
+            return .standard
+        }
+    }
+
+    /// Makes the store's row if it has none (with the limits a push would give it). Versions
+    /// beyond a lowered count go when their key is next written.
+    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) async throws(CloudError) {
+        try StoreName.check(store)
+        try policy.check()
+        let limits = QuotaLimits.modelled
+        try await run {
+            try await client.query("""
+                INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
+                                         history_versions, history_days)
+                VALUES (\(store), 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes),
+                        \(policy.versions), \(policy.retentionDays))
+                ON CONFLICT (id) DO UPDATE SET history_versions = excluded.history_versions, history_days = excluded.history_days
+                """, logger: logger)
+        }
+        knownStores.withLock { _ = $0.insert(store) }
+    }
+
     // MARK: - Errors
 
     func run<T>(_ body: () async throws -> T) async throws(CloudError) -> T {

@@ -65,6 +65,22 @@ public final class SQLiteServerStorage: ServerStorage {
         try await log.waitForChanges(in: store, after: cursor, mark: mark, timeout: timeout)
     }
 
+    public func history(of key: String, in store: String) async throws(CloudError) -> [KeyVersion] {
+        try await log.history(of: key, in: store)
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion? {
+        try await log.version(version, of: key, in: store)
+    }
+
+    public func historyPolicy(of store: String) async throws(CloudError) -> HistoryPolicy {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.historyPolicy(of: store) }
+    }
+
+    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) async throws(CloudError) {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.setHistoryPolicy(policy, of: store) }
+    }
+
     /// Nobody else writes this file: every change comes through this server.
     public func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async {}
 

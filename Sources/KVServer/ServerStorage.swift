@@ -17,6 +17,10 @@ public protocol ServerStorage: ChangeLog {
     func generation(of account: String) async throws(CloudError) -> String?
     func renewGeneration(of account: String) async throws(CloudError)
 
+    /// What the store keeps of each key's past (`HistoryPolicy.standard` until set).
+    func historyPolicy(of store: String) async throws(CloudError) -> HistoryPolicy
+    func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) async throws(CloudError)
+
     /// Calls `changed` with the name of each store that gains changes through another server
     /// sharing this storage, until the task is cancelled. `resync` is called when some may
     /// have been missed (a lost connection): every waiter should look again.

@@ -22,6 +22,10 @@ import NIOCore
 ///                                                    long poll: when there are none yet, answers
 ///                                                    when a change lands or after S seconds (≤ 60)
 ///     GET  /v1/ACCOUNT/STORE/cursor?after=N&wait=S   {"cursor"}, at once if past N, else the same
+///     GET  /v1/ACCOUNT/STORE/history?key=K           {"versions"}: the versions kept of K,
+///                                                    newest first, without values
+///     GET  /v1/ACCOUNT/STORE/history?key=K&version=V {"version"}: that one with its value,
+///                                                    null when it is not kept
 ///     GET  /v1/ACCOUNT/STORE/events?after=N[&mark=M&mark-key=K]
 ///                                                    text/event-stream: `id: CURSOR` and
 ///                                                    `data: {changes,cursor,complete}` for every
@@ -92,6 +96,9 @@ public struct SyncServer: Sendable {
         reads.get(RouterPath(WirePath.pattern(.events))) { request, context -> Response in
             try await events(request, context)
         }
+        reads.get(RouterPath(WirePath.pattern(.history))) { request, context -> Response in
+            try await history(request, context)
+        }
         reads.get(RouterPath(WirePath.pattern(.cursor))) { request, context -> Response in
             let stored = context.store.name
             let query = WireQuery(request.uri.query)
@@ -159,6 +166,17 @@ public struct SyncServer: Sendable {
             body: ResponseBody { writer in
                 try await streamChanges(of: stored, after: after, while: { await stillAllowed(bearer) }, to: &writer)
             })
+    }
+
+    /// A key's history, or one version of it: read-only tokens may read it too.
+    private func history(_ request: Request, _ context: StoreContext) async throws -> Response {
+        let stored = context.store.name
+        let query = WireQuery(request.uri.query)
+        let (key, version) = try wire { () throws(WireError) in (try query.key(), try query.version()) }
+        guard let version else {
+            return try json(HistoryResponse(versions: try await run { try await storage.history(of: key, in: stored) }))
+        }
+        return try json(VersionResponse(version: try await run { try await storage.version(version, of: key, in: stored) }))
     }
 
     /// Looks at the storage; when the request asks to `wait` (seconds, at most 60) and what it

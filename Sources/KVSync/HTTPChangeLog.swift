@@ -92,6 +92,15 @@ public final class HTTPChangeLog: ChangeLog {
         try await request(.GET, storePath(store, .cursor) + "?after=0", as: CursorResponse.self).cursor
     }
 
+    public func history(of key: String, in store: String) async throws(CloudError) -> [KeyVersion] {
+        try await request(.GET, storePath(store, .history) + WireQuery.encode(key: key), as: HistoryResponse.self).versions
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion? {
+        try await request(.GET, storePath(store, .history) + WireQuery.encode(key: key, version: version),
+                          as: VersionResponse.self).version
+    }
+
     /// The next batch of the server's event stream for the store (opened from `cursor`, and
     /// opened again whenever the caller's cursor is not where the stream has got to). The batch
     /// is kept for the fetch that follows, so that a change costs the mount no request at all.

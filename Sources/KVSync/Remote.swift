@@ -100,3 +100,22 @@ public final class ChangeLogRemote: Remote {
     /// The most changes one fetch asks for.
     static let batchLimit = 4096
 }
+
+/// A remote's record of one store's keys: the versions it keeps of each (`HistoryPolicy`).
+/// Read on request (`kvsfs history`), never on the sync path.
+public protocol RemoteHistory: Sendable {
+    /// The versions kept of `key`, newest first, without their values.
+    func history(of key: String) async throws -> [KeyVersion]
+    /// One version of `key` with its value; nil when the remote keeps no such version.
+    func version(_ version: Int64, of key: String) async throws -> KeyVersion?
+}
+
+extension ChangeLogRemote: RemoteHistory {
+    public func history(of key: String) async throws -> [KeyVersion] {
+        try await log.history(of: key, in: store)
+    }
+
+    public func version(_ version: Int64, of key: String) async throws -> KeyVersion? {
+        try await log.version(version, of: key, in: store)
+    }
+}

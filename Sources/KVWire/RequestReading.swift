@@ -13,6 +13,8 @@ public struct WireQuery: Sendable {
         public static let wait = "wait"
         public static let mark = "mark"
         public static let markKey = "mark-key"
+        public static let key = "key"
+        public static let version = "version"
     }
 
     private let pairs: [(name: Substring, value: Substring)]
@@ -67,6 +69,26 @@ public struct WireQuery: Sendable {
             throw .invalidQuery(name: Name.mark, expected: "\(Name.mark)=CURSOR.TIME.COUNTER.DEVICE and \(Name.markKey)=KEY, as a change stamp and a key name allow")
         }
         return mark
+    }
+
+    /// `key`: the key a history request names, required, 1 to `HistoryMark.maximumKeyBytes`.
+    public func key() throws(WireError) -> String {
+        guard let key = value(Name.key), !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes else {
+            throw .invalidQuery(name: Name.key, expected: "a key name of 1 to \(HistoryMark.maximumKeyBytes) bytes")
+        }
+        return key
+    }
+
+    /// `version`: one version of a key's history (a cursor, 1 or more), or nil when not sent.
+    public func version() throws(WireError) -> Int64? {
+        guard let number = try wholeNumber(Name.version) else { return nil }
+        guard number > 0 else { throw .invalidQuery(name: Name.version, expected: "a version number, 1 or more") }
+        return number
+    }
+
+    /// `?key=K[&version=V]`, for a client's history request.
+    public static func encode(key: String, version: Int64? = nil) -> String {
+        "?\(Name.key)=\(percentEncoded(key))" + (version.map { "&\(Name.version)=\($0)" } ?? "")
     }
 
     /// `?after=N[&mark=M&mark-key=K][&limit=L][&wait=S]`, for a client.

@@ -14,7 +14,7 @@ public enum WirePath {
 
     /// What a store-addressed path names: `/v1/ACCOUNT/STORE/RESOURCE`.
     public enum StoreResource: String, Sendable, CaseIterable {
-        case identity, changes, events, cursor
+        case identity, changes, events, cursor, history
     }
 
     /// `/v1/ACCOUNT/STORE/RESOURCE`, for a client.
@@ -91,6 +91,26 @@ public struct CursorResponse: Codable, Sendable, Equatable {
 
     public init(cursor: Int64) {
         self.cursor = cursor
+    }
+}
+
+/// `GET .../history?key=K`: the versions the store keeps of the key, newest first, without
+/// their values.
+public struct HistoryResponse: Codable, Sendable, Equatable {
+    public var versions: [KeyVersion]
+
+    public init(versions: [KeyVersion]) {
+        self.versions = versions
+    }
+}
+
+/// `GET .../history?key=K&version=V`: that version, with its value; null when the store keeps
+/// no such version of the key.
+public struct VersionResponse: Codable, Sendable, Equatable {
+    public var version: KeyVersion?
+
+    public init(version: KeyVersion?) {
+        self.version = version
     }
 }
 

@@ -8,7 +8,7 @@ import KVWire
 /// Invariants: nothing traps; a push that is read re-encodes (as a client sends it) to bodies
 /// that read back as the same changes, and the change rule (`ChangeAdmission`) admits or
 /// refuses each of them, admitted ones with NFC keys and canonical values; a query's values (a
-/// history mark included) are within their ranges and read back from the query a client writes
+/// history mark and a history request's key and version included) are within their ranges and read back from the query a client writes
 /// for them; a bearer token read is one a header carries back.
 enum RequestFuzzing {
     static func run(_ bytes: [UInt8]) {
@@ -57,6 +57,15 @@ enum RequestFuzzing {
             guard mark.cursor > 0, mark.key.utf8.count <= HistoryMark.maximumKeyBytes,
                   (try? WireQuery(String(WireQuery.encode(mark: mark).dropFirst())).mark()) == mark else {
                 fatalError("mark \(mark) from \(text.debugDescription) is out of the rule or does not read back once written")
+            }
+        }
+        if let key = try? query.key(), let version = try? query.version() {
+            guard !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes, (version ?? 1) > 0 else {
+                fatalError("key of \(key.utf8.count) bytes, version \(String(describing: version)) from \(text.debugDescription)")
+            }
+            let written = WireQuery(String(WireQuery.encode(key: key, version: version).dropFirst()))
+            guard (try? written.key()) == key, (try? written.version()) == .some(version) else {
+                fatalError("key=\(key.debugDescription) version=\(String(describing: version)), read from \(text.debugDescription), do not read back once written")
             }
         }
         if let after, after < 0 { fatalError("after=\(after) from \(text.debugDescription)") }

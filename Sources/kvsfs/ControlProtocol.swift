@@ -137,6 +137,11 @@ struct ControlRequest: Codable, Equatable {
         /// Followed by a frame with the property list to import; answered with the
         /// `ImportPlan` as JSON.
         case `import`
+        /// Answered with the versions the remote keeps of `key`, as JSON `[KeyVersion]`.
+        case history
+        /// Answered with `version` of `key` and its value, as JSON `KeyVersion` (null when the
+        /// remote keeps no such version).
+        case version
     }
 
     var command: Command
@@ -146,6 +151,10 @@ struct ControlRequest: Codable, Equatable {
     var replace: Bool?
     /// For an import: say what would change, change nothing.
     var dryRun: Bool?
+    /// For history and version: the key.
+    var key: String?
+    /// For version: which one.
+    var version: Int64?
     /// The device number of the directory the command named, which must be the mount's.
     var device: UInt64?
 }

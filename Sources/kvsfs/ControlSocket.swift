@@ -1,7 +1,9 @@
 import Foundation
 import Glibc
 import KVSFS
+import KVCloud
 import KVStore
+import KVSync
 import Logging
 
 /// The mount's side of the control socket: a thread that takes one connection at a time from
@@ -13,6 +15,8 @@ final class ControlSocket: @unchecked Sendable {
     private let address: ControlAddress
     private let listener: Int32
     private let fileSystem: KeyValueFileSystem
+    /// The mount's remote's record of past versions; nil for a mount without a remote.
+    private let history: (any RemoteHistory)?
     /// The mount's directory: a request names it by its device.
     private let mountpoint: String
     private let logger: Logger
@@ -21,9 +25,11 @@ final class ControlSocket: @unchecked Sendable {
     /// How long one connection may take to send its request or read its answer.
     static let connectionDeadline = 10
 
-    init(address: ControlAddress, fileSystem: KeyValueFileSystem, mountpoint: String, logger: Logger) throws {
+    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (any RemoteHistory)?, mountpoint: String,
+         logger: Logger) throws {
         self.address = address
         self.fileSystem = fileSystem
+        self.history = history
         self.mountpoint = mountpoint
         self.logger = logger
         listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -129,8 +135,38 @@ final class ControlSocket: @unchecked Sendable {
             }
             let plan = try fileSystem.importValues(values, replacing: request.replace ?? false, dryRun: request.dryRun ?? false)
             return Array(try JSONEncoder().encode(plan))
+        case .history:
+            let key = try requestedKey(request)
+            return Array(try JSONEncoder().encode(try askRemote { history in try await history.history(of: key) }))
+        case .version:
+            let key = try requestedKey(request)
+            guard let version = request.version, version > 0 else { throw CommandFailure("the request names no version") }
+            return Array(try JSONEncoder().encode(try askRemote { history in try await history.version(version, of: key) }))
         }
     }
+
+    private func requestedKey(_ request: ControlRequest) throws -> String {
+        guard let key = request.key, !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes else {
+            throw CommandFailure("the request names no key, or one longer than \(HistoryMark.maximumKeyBytes) bytes")
+        }
+        return key
+    }
+
+    /// Asks the remote, which keeps the history, for at most `remoteDeadline`.
+    private func askRemote<T: Sendable>(_ question: @escaping @Sendable (any RemoteHistory) async throws -> T) throws -> T {
+        guard let history else { throw CommandFailure("this mount has no remote, and history is kept by a remote") }
+        guard let answer = waitFor({ try await question(history) }, timeout: .seconds(Self.remoteDeadline)) else {
+            throw CommandFailure("the remote did not answer within \(Self.remoteDeadline) s")
+        }
+        do {
+            return try answer.get()
+        } catch {
+            throw CommandFailure("the remote could not answer: \(error)")
+        }
+    }
+
+    /// How long a history request may wait for the remote: less than the client waits.
+    static let remoteDeadline = 30
 
     /// The user id of the process at the other end of `connection` (`SO_PEERCRED`: pid, uid,
     /// gid as three 32-bit numbers).

@@ -46,6 +46,12 @@ struct Mount: ParsableCommand {
     @Option(name: .customLong("tls-ca"), help: "Trust the CA certificate(s) in this PEM file for an https remote, besides the system's.")
     var tlsCA: String?
 
+    @Option(name: .customLong("history-versions"), help: "Versions of each key the file remote keeps (kept for the store; default 16).")
+    var historyVersions: Int?
+
+    @Option(name: .customLong("history-days"), help: "Days the file remote keeps a removed key's history (kept for the store; default 30).")
+    var historyDays: Int?
+
     @Option(name: .customLong("defaults"), help: "A property list whose root dictionary registers a default value for each of its keys: shown while the key has no value, never synced, reloaded on SIGHUP.",
             completion: .file(extensions: ["plist"]))
     var defaultsFile: String?
@@ -58,6 +64,16 @@ struct Mount: ParsableCommand {
         if let keyNameBytes, keyNameBytes > 80 { throw ValidationError("--quota-key-length can be at most 80, so that every key has a file name") }
         if let remote, remote != "none", RemoteLocation.filePath(remote) == nil, !RemoteLocation.isServer(remote) {
             throw ValidationError("--remote must be file:///absolute/path, https://host:port, http://127.0.0.1:port or none")
+        }
+        if historyVersions != nil || historyDays != nil {
+            if let remote, RemoteLocation.filePath(remote) == nil {
+                throw ValidationError("--history-versions and --history-days set the file remote's history; a server's is set with kvsfs account history")
+            }
+            do {
+                try requestedHistory(over: .standard)?.check()
+            } catch {
+                throw ValidationError(error.description)
+            }
         }
     }
 
@@ -106,7 +122,8 @@ struct Mount: ParsableCommand {
             throw CommandFailure("invalid defaults file \(defaults!.path): \(error)")
         }
 
-        let sync = try makeRemote(dataDirectory: dataDirectory, limits: newLimits).map { remote in
+        let remote = try makeRemote(dataDirectory: dataDirectory, limits: newLimits)
+        let sync = try remote.map { remote in
             try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
                           eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path, logger: logger)
         }
@@ -136,7 +153,7 @@ struct Mount: ParsableCommand {
         let control: ControlSocket?
         do {
             control = try ControlSocket(address: ControlAddress(dataDirectory: dataDirectory.path, storeID: store.storeID),
-                                        fileSystem: fileSystem, mountpoint: path, logger: logger)
+                                        fileSystem: fileSystem, history: remote as? any RemoteHistory, mountpoint: path, logger: logger)
         } catch {
             logger.warning("\(error); kvsfs export and import will not reach this mount")
             control = nil
@@ -160,7 +177,9 @@ struct Mount: ParsableCommand {
         if url == "none" { return nil }
         if let path = RemoteLocation.filePath(url) {
             // The file remote belongs to the same user: --quota-* set its limits too.
-            return ChangeLogRemote(EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits), store: store.storeID)
+            let log = EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits,
+                                             history: try requestedHistory(over: currentHistory(path)))
+            return ChangeLogRemote(log, store: store.storeID)
         }
         let id = store.storeID
         guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), identityStore: id), store: id) }
@@ -183,6 +202,22 @@ struct Mount: ParsableCommand {
         }
         if let token = ProcessInfo.processInfo.environment["KVSFS_TOKEN"], !token.isEmpty { return token }
         throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN")
+    }
+
+    /// The history policy --history-* ask for, over what the store has; nil when neither is given.
+    private func requestedHistory(over current: HistoryPolicy) -> HistoryPolicy? {
+        guard historyVersions != nil || historyDays != nil else { return nil }
+        return HistoryPolicy(versions: historyVersions ?? current.versions, retentionDays: historyDays ?? current.retentionDays)
+    }
+
+    /// The store's history policy in the file remote at `path`, when an option changes part of it.
+    private func currentHistory(_ path: String) throws -> HistoryPolicy {
+        guard historyVersions != nil || historyDays != nil else { return .standard }
+        do {
+            return try SQLiteCloudStorage(path: path).historyPolicy(of: store.storeID)
+        } catch {
+            throw CommandFailure("cannot read the history policy of \(path): \(error)")
+        }
     }
 
     private func requestedLimits(over current: QuotaLimits) -> QuotaLimits? {

@@ -147,7 +147,7 @@ struct Serve: ParsableCommand {
 struct Account: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage the sync server's accounts.",
-        subcommands: [Create.self])
+        subcommands: [Create.self, StoreHistory.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -160,6 +160,75 @@ struct Account: ParsableCommand {
 
         func run() throws {
             print(try database.withAccounts { [name] accounts throws(AccountError) in try await accounts.createAccount(name) })
+        }
+    }
+}
+
+extension Account {
+    struct StoreHistory: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "history",
+            abstract: "Print, or set, what the server keeps of a store's past versions.",
+            discussion: """
+                Prints the store's policy (after setting it, when given an option): how many versions of each key \
+                are kept (\(HistoryPolicy.versionRange.lowerBound) to \(HistoryPolicy.versionRange.upperBound), default 16) \
+                and for how many days a removed key's history is kept (\(HistoryPolicy.retentionDayRange.lowerBound) to \
+                \(HistoryPolicy.retentionDayRange.upperBound), default 30). Fewer versions take effect at once; older \
+                versions are dropped at the key's next change.
+                """)
+
+        @Argument(help: "ACCOUNT/STORE.")
+        var store: String
+
+        @Option(help: "Versions kept of each key.")
+        var versions: Int?
+
+        @Option(name: .customLong("retention-days"), help: "Days a removed key's history is kept.")
+        var retentionDays: Int?
+
+        @OptionGroup var database: DatabaseOptions
+
+        func validate() throws {
+            let parts = store.split(separator: "/", omittingEmptySubsequences: false)
+            guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw ValidationError("name the store as ACCOUNT/STORE") }
+            do {
+                try HistoryPolicy(versions: versions ?? HistoryPolicy.standard.versions,
+                                  retentionDays: retentionDays ?? HistoryPolicy.standard.retentionDays).check()
+            } catch {
+                throw ValidationError(error.description)
+            }
+        }
+
+        func run() throws {
+            let parts = store.split(separator: "/")
+            let (account, stored) = (String(parts[0]), parts.joined(separator: "."))
+            let policy = try waitFor { [database, versions, retentionDays] in
+                var logger = Logger(label: "kvsfs")
+                logger.logLevel = .critical
+                let storage = try await database.open(logger: logger)
+                defer { Task { await storage.close() } }
+                do throws(CloudError) {
+                    guard try await Self.hasAccount(account, storage) else { throw .refused("there is no account \(account)") }
+                    var policy = try await storage.historyPolicy(of: stored)
+                    if versions != nil || retentionDays != nil {
+                        policy.versions = versions ?? policy.versions
+                        policy.retentionDays = retentionDays ?? policy.retentionDays
+                        try await storage.setHistoryPolicy(policy, of: stored)
+                    }
+                    return policy
+                } catch {
+                    throw CommandFailure(error.description)
+                }
+            }
+            print("versions \(policy.versions)\nretention-days \(policy.retentionDays)")
+        }
+
+        private static func hasAccount(_ account: String, _ storage: any ServerStorage) async throws(CloudError) -> Bool {
+            do {
+                return try await storage.accounts.hasAccount(account)
+            } catch {
+                throw .unavailable(error.description)
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ struct ChangeLogConformanceTests {
 
     /// Runs `body` with a fresh, empty log of `kind` and the name of a store in it; always
     /// removes what it made.
-    private func withLog(_ kind: Kind, _ body: (any ChangeLog, String) async throws -> Void) async throws {
+    func withLog(_ kind: Kind, _ body: (any ChangeLog, String) async throws -> Void) async throws {
         let directory = TemporaryDirectory("kvsfs-changelog")
         defer { directory.remove() }
         switch kind {
@@ -49,9 +49,9 @@ struct ChangeLogConformanceTests {
         }
     }
 
-    private static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    private func change(_ key: String, _ text: String, time: Int64 = now, device: String = "a") -> StampedChange {
+    func change(_ key: String, _ text: String, time: Int64 = now, device: String = "a") -> StampedChange {
         StampedChange(key: key, value: Data(try! PropertyListCodec.encodeXML(.string(text))), type: .string,
                       stamp: ChangeStamp(time: time, counter: 0, device: device))
     }

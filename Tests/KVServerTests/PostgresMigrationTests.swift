@@ -59,11 +59,16 @@ struct PostgresMigrationTests {
             #expect(batch.cursor == 2)
             #expect(try await storage.activeToken(id: "t1")?.secretHash == "hash-of-secret")
             #expect(try await storage.hasAccount("alice"))
+            // Each key's latest change is its first version; b's removal (2023) is past the 30 days kept.
+            #expect(try await storage.history(of: "a", in: "alice.default").map(\.version) == [1])
+            #expect(try await storage.version(1, of: "a", in: "alice.default")?.value == Data("<string>x</string>".utf8))
+            #expect(try await storage.history(of: "b", in: "alice.default").isEmpty)
             let change = StampedChange(key: "c", value: Data("<string>y</string>".utf8), type: .string,
                                        stamp: ChangeStamp(time: Int64(Date().timeIntervalSince1970 * 1000), counter: 0, device: "phone"))
             let outcome = try await storage.push([change], to: "alice.default")
             #expect(outcome.accepted.map(\.key) == ["c"])
             #expect(try await storage.cursor(of: "alice.default") == 3)
+            #expect(try await storage.history(of: "c", in: "alice.default").map(\.version) == [3])
             await storage.close()
             #expect(try psql(database, "SELECT name FROM kvsfs_migration ORDER BY name") == migrationNames.sorted())
         }

@@ -237,6 +237,12 @@ final class RestorableStorage: CloudStorage {
     func cursor(of store: String) throws(CloudError) -> Int64 { try storage.cursor(of: store) }
     func limits(of store: String) throws(CloudError) -> QuotaLimits { try storage.limits(of: store) }
     func setLimits(_ limits: QuotaLimits, of store: String) throws(CloudError) { try storage.setLimits(limits, of: store) }
+    func history(of key: String, in store: String) throws(CloudError) -> [KeyVersion] { try storage.history(of: key, in: store) }
+    func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion? {
+        try storage.version(version, of: key, in: store)
+    }
+    func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy { try storage.historyPolicy(of: store) }
+    func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError) { try storage.setHistoryPolicy(policy, of: store) }
 }
 
 /// A remote whose fetches answer from a batch received ahead (as an event stream's) until told

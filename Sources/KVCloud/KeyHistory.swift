@@ -1,0 +1,88 @@
+import Foundation
+import KVStore
+
+/// One version of a key that a remote keeps: a change it accepted, named by the cursor it was
+/// accepted at (unique in the store, and growing with each change).
+public struct KeyVersion: Sendable, Equatable, Codable {
+    /// The cursor the change was accepted at.
+    public var version: Int64
+    public var stamp: ChangeStamp
+    /// The value's type; nil when the change removed the key.
+    public var type: ValueType?
+    /// The bytes the value counts against a quota (its canonical XML); 0 for a removal.
+    public var size: Int
+    /// The canonical XML property list, when asked for (`ChangeLog.version(_:of:in:)`); nil in
+    /// a listing and for a removal.
+    public var value: Data?
+
+    public init(version: Int64, stamp: ChangeStamp, type: ValueType?, size: Int, value: Data? = nil) {
+        self.version = version
+        self.stamp = stamp
+        self.type = type
+        self.size = size
+        self.value = value
+    }
+
+    /// The version of `change`, accepted at `cursor`, with its value or without.
+    public init(_ change: StampedChange, at cursor: Int64, withValue: Bool) {
+        self.init(version: cursor, stamp: change.stamp, type: change.type, size: change.size,
+                  value: withValue ? change.value : nil)
+    }
+
+    public var isRemoval: Bool { type == nil }
+}
+
+/// What a remote keeps of each key's past, per store, outside the quotas:
+///
+/// - the last `versions` changes of each key (the latest included), older ones dropped as new
+///   ones are accepted;
+/// - once a key is removed, its history (the removal and the versions before it) for
+///   `retentionDays` after the removal's stamp; then none. A key written again within that
+///   time keeps its history as any key does.
+public struct HistoryPolicy: Sendable, Equatable, Codable, CustomStringConvertible {
+    public var versions: Int
+    public var retentionDays: Int
+
+    public init(versions: Int = 16, retentionDays: Int = 30) {
+        self.versions = versions
+        self.retentionDays = retentionDays
+    }
+
+    public static let standard = HistoryPolicy()
+    public static let versionRange = 1...1000
+    public static let retentionDayRange = 0...3650
+
+    /// Refuses a policy outside the ranges above, naming the setting.
+    public func check() throws(CloudError) {
+        guard Self.versionRange.contains(versions) else {
+            throw .refused("a history of \(versions) versions per key (\(Self.versionRange.lowerBound) to \(Self.versionRange.upperBound) allowed)")
+        }
+        guard Self.retentionDayRange.contains(retentionDays) else {
+            throw .refused("a retention of \(retentionDays) days (\(Self.retentionDayRange.lowerBound) to \(Self.retentionDayRange.upperBound) allowed)")
+        }
+    }
+
+    /// The oldest stamp time, in milliseconds since 1970, of a removal whose history is still
+    /// kept when the clock reads `now`. Never overflows.
+    public func oldestKeptRemoval(now: Int64) -> Int64 {
+        let (kept, overflow) = Int64(retentionDays).multipliedReportingOverflow(by: 86_400_000)
+        let (oldest, under) = now.subtractingReportingOverflow(overflow ? Int64.max : kept)
+        return under ? Int64.min : oldest
+    }
+
+    /// Whether a key whose latest version is `latest` still has a history to show at `now`.
+    public func keeps(latest: KeyVersion, now: Int64) -> Bool {
+        !latest.isRemoval || latest.stamp.time >= oldestKeptRemoval(now: now)
+    }
+
+    public var description: String { "\(versions) versions per key, removed keys for \(retentionDays) days" }
+
+    /// A key as a history request names it, in the form stores keep keys (NFC); refused when
+    /// empty or longer than any store's key-length quota allows.
+    public static func requestedKey(_ key: String) throws(CloudError) -> String {
+        guard !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes else {
+            throw .refused("a key of \(key.utf8.count) bytes (1 to \(HistoryMark.maximumKeyBytes) allowed)")
+        }
+        return KeyName.canonical(key)
+    }
+}

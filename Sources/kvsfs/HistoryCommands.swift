@@ -1,0 +1,149 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import KVCloud
+import KVSFS
+import KVStore
+
+struct History: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the versions the remote keeps of a key, or print one of them.",
+        discussion: """
+            One line per version, newest first: its number, when and on which device the change was made, the \
+            value's type (removed for a removal) and its size in bytes. The remote keeps the last 16 versions of \
+            each key and a removed key's history for 30 days, unless its store says otherwise; a change not yet \
+            pushed is not listed. Works for a removed key too: name the file it had.
+            """)
+
+    @Argument(help: "A key's file in a mount (it need not exist).")
+    var path: String
+
+    @Option(help: ArgumentHelp("Print this version's value instead, as kvsfs get prints one.", valueName: "version"))
+    var show: Int64?
+
+    func validate() throws {
+        if let show, show < 1 { throw ValidationError("--show takes a version number, 1 or more") }
+    }
+
+    func run() throws {
+        let key = try KeyFile(path)
+        if let show {
+            let value = try key.value(ofVersion: show)
+            print(try ValueText.plain(value), terminator: "")
+            return
+        }
+        let versions = try key.history()
+        guard !versions.isEmpty else { throw CommandFailure("the remote keeps no history of \(key.name.debugDescription)") }
+        print(Self.table(versions), terminator: "")
+    }
+
+    /// Columns as `ls -l` aligns them, under a heading line.
+    static func table(_ versions: [KeyVersion]) -> String {
+        let rows = [["VERSION", "TIME", "DEVICE", "TYPE", "SIZE"]] + versions.map { version in
+            [String(version.version), timeText(version.stamp.time), version.stamp.device,
+             version.type?.rawValue ?? "removed", String(version.size)]
+        }
+        let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { column, text in
+                column == 4 ? text : text.padding(toLength: widths[column], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ") + "\n"
+        }.joined()
+    }
+
+    /// Milliseconds since 1970 as ISO 8601 in UTC, to the millisecond.
+    static func timeText(_ milliseconds: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+    }
+}
+
+struct Revert: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write a version the remote keeps back to its key, as a new change.",
+        discussion: """
+            The version's value is written to the key's file, as any write is: quotas apply, the change syncs \
+            and watchers see it. Reverting to a removal removes the key.
+            """)
+
+    @Argument(help: "A key's file in a mount (it need not exist).")
+    var path: String
+
+    @Argument(help: "A version number, as kvsfs history lists them.")
+    var version: Int64
+
+    func validate() throws {
+        if version < 1 { throw ValidationError("the version number must be 1 or more") }
+    }
+
+    func run() throws {
+        let key = try KeyFile(path)
+        guard let found = try key.version(version) else {
+            throw CommandFailure("the remote keeps no version \(version) of \(key.name.debugDescription)")
+        }
+        guard let value = found.value else {
+            if unlink(path) != 0, errno != ENOENT { throw CommandFailure("cannot remove \(path): \(explain(errno))") }
+            return
+        }
+        // Checked before it reaches the file: what a remote sent is not trusted to be a value.
+        _ = try key.decode(value, version: version)
+        try ValueFile.write(Array(value), to: path)
+    }
+}
+
+/// A key named by its file in a mount, and what the mount's remote keeps of it.
+struct KeyFile {
+    let path: String
+    let mountpoint: String
+    let name: String
+
+    /// Keys are the mount's top-level files: the directory holding `path` is the mount.
+    init(_ path: String) throws {
+        let url = URL(fileURLWithPath: path).standardizedFileURL
+        guard let key = KeyFileName.key(forFileName: url.lastPathComponent), !EditorFileRule.isEditorFile(url.lastPathComponent) else {
+            throw CommandFailure("\(path) names no key: its file name is not one a key shows as")
+        }
+        self.path = path
+        mountpoint = url.deletingLastPathComponent().path
+        name = key
+    }
+
+    func history() throws -> [KeyVersion] {
+        let answer = try ControlClient.send(ControlRequest(command: .history, key: name), to: mountpoint)
+        return try decodeAnswer([KeyVersion].self, answer)
+    }
+
+    func version(_ version: Int64) throws -> KeyVersion? {
+        let answer = try ControlClient.send(ControlRequest(command: .version, key: name, version: version), to: mountpoint)
+        return try decodeAnswer(KeyVersion?.self, answer)
+    }
+
+    /// The value of `version`; refused for a version the remote does not keep, or a removal.
+    func value(ofVersion version: Int64) throws -> PropertyListValue {
+        guard let found = try self.version(version) else {
+            throw CommandFailure("the remote keeps no version \(version) of \(name.debugDescription)")
+        }
+        guard let value = found.value else {
+            throw CommandFailure("version \(version) of \(name.debugDescription) is its removal: it has no value")
+        }
+        return try decode(value, version: version)
+    }
+
+    func decode(_ value: Data, version: Int64) throws -> PropertyListValue {
+        do {
+            return try PropertyListCodec.decode([UInt8](value))
+        } catch {
+            throw CommandFailure("version \(version) of \(name.debugDescription) is not a value the store accepts: \(error)")
+        }
+    }
+
+    private func decodeAnswer<T: Decodable>(_ type: T.Type, _ answer: [UInt8]) throws -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(answer))
+        } catch {
+            throw CommandFailure("the mount at \(mountpoint) gave an answer that is not one")
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import KVCloud
+import KVStore
+import Testing
+
+/// Per-key history, on every change log: what `kvsfs history` and `kvsfs revert` read.
+extension ChangeLogConformanceTests {
+    private static let day: Int64 = 86_400_000
+
+    @Test("a log keeps each accepted change of a key as a version, newest first, named by its cursor", arguments: Kind.allCases)
+    func historyKeepsVersions(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            let start = Self.now
+            let first = change("k", "one", time: start - 3000)
+            let second = change("k", "two", time: start - 2000, device: "b")
+            let removal = StampedChange.tombstone("k", stamp: ChangeStamp(time: start - 1000, counter: 0, device: "a"))
+            var cursors: [Int64] = []
+            for pushed in [first, second, removal] {
+                let outcome = try await log.push([pushed], to: store)
+                cursors.append(try #require(outcome.cursorAfter))
+            }
+            _ = try await log.push([change("other", "x")], to: store)
+            // Pushed again, or superseded: no new version.
+            _ = try await log.push([second, change("k", "stale", time: start - 5000, device: "c")], to: store)
+
+            let history = try await log.history(of: "k", in: store)
+            #expect(history.map(\.version) == cursors.reversed())
+            #expect(history.map(\.stamp) == [removal.stamp, second.stamp, first.stamp])
+            #expect(history.map(\.type) == [nil, .string, .string])
+            #expect(history.map(\.size) == [0, second.size, first.size])
+            #expect(history.allSatisfy { $0.value == nil }, "a listing carries no values")
+
+            let shown = try #require(try await log.version(cursors[1], of: "k", in: store))
+            #expect(shown.value == second.value && shown.stamp == second.stamp)
+            let removed = try #require(try await log.version(cursors[2], of: "k", in: store))
+            #expect(removed.isRemoval && removed.value == nil)
+            #expect(try await log.version(cursors[2] + 100, of: "k", in: store) == nil)
+            #expect(try await log.version(cursors[0], of: "other", in: store) == nil, "a version of another key")
+            #expect(try await log.history(of: "never", in: store).isEmpty)
+        }
+    }
+
+    @Test("a log keeps the last 16 versions of a key", arguments: Kind.allCases)
+    func historyIsBounded(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            let start = Self.now
+            for index in 0..<20 {
+                _ = try await log.push([change("k", "v\(index)", time: start - 20_000 + Int64(index) * 100)], to: store)
+            }
+            let history = try await log.history(of: "k", in: store)
+            #expect(history.count == HistoryPolicy.standard.versions)
+            let newest = try #require(history.first), oldest = try #require(history.last)
+            #expect(try await log.version(newest.version, of: "k", in: store)?.value == change("k", "v19").value)
+            #expect(try await log.version(oldest.version, of: "k", in: store)?.value == change("k", "v4").value)
+            #expect(try await log.version(oldest.version - 1, of: "k", in: store) == nil, "v3 is dropped")
+        }
+    }
+
+    @Test("a removed key's history is kept for 30 days after its removal, then none", arguments: Kind.allCases)
+    func removedKeyRetention(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            let stamp = { (daysAgo: Int64) in ChangeStamp(time: Self.now - daysAgo * Self.day, counter: 0, device: "a") }
+            // A first push: a log that drops expired histories now and then has just done so.
+            _ = try await log.push([change("first", "v")], to: store)
+            _ = try await log.push([change("recent", "v", time: stamp(40).time), .tombstone("recent", stamp: stamp(29)),
+                                    change("expired", "v", time: stamp(40).time), .tombstone("expired", stamp: stamp(31))],
+                                   to: store)
+            #expect(try await log.history(of: "recent", in: store).map(\.isRemoval) == [true, false])
+            #expect(try await log.history(of: "expired", in: store).isEmpty)
+            let cursor = try await log.cursor(of: store)
+            #expect(try await log.version(cursor, of: "expired", in: store) == nil)
+            // Written again, the key has a history again, without the versions it lost.
+            _ = try await log.push([change("expired", "back")], to: store)
+            #expect(try await log.history(of: "expired", in: store).map(\.size) == [change("expired", "back").size])
+        }
+    }
+
+    @Test("a history request names a key by the key rule: NFC and NFD find the same key, an empty or huge one is refused",
+          arguments: Kind.allCases)
+    func historyKeyRule(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            _ = try await log.push([change("caf\u{E9}", "v")], to: store)
+            #expect(try await log.history(of: "cafe\u{301}", in: store).count == 1)
+            for key in ["", String(repeating: "k", count: 5000)] {
+                do throws(CloudError) {
+                    _ = try await log.history(of: key, in: store)
+                    Issue.record("a key of \(key.utf8.count) bytes was taken")
+                } catch {
+                    guard case .refused = error else { Issue.record("\(error)"); continue }
+                }
+            }
+        }
+    }
+}
