@@ -121,8 +121,9 @@ extension SQLiteCloudStorage {
 
         /// Writes the decision's changes as the keys' latest and as new versions of them, drops
         /// versions beyond the history policy, and, at most once an hour, the histories of keys
-        /// removed longer ago than its retention time. `now`: milliseconds since 1970.
-        func apply(_ decision: PushDecision, now: Int64) throws {
+        /// removed longer ago than its retention time. `current`: the keys' latest changes before
+        /// the push; `now`: milliseconds since 1970.
+        func apply(_ decision: PushDecision, current: [String: StampedChange], now: Int64) throws {
             guard !decision.writes.isEmpty else { return }
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -141,7 +142,7 @@ extension SQLiteCloudStorage {
                 try row.bind(8, cursor)
                 try row.run(in: db)
             }
-            try recordVersions(decision.writes, now: now)
+            try recordVersions(decision.writes, after: current, now: now)
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
             if now.subtractingReportingOverflow(sweptAt).partialValue >= Self.sweepInterval || now < sweptAt {
@@ -156,12 +157,8 @@ extension SQLiteCloudStorage {
         /// How often a push drops the histories of keys removed past the retention time.
         static let sweepInterval: Int64 = 3_600_000
 
-        private func recordVersions(_ writes: [(change: StampedChange, cursor: Int64)], now: Int64) throws {
-            // A key removed longer ago than the retention time has no history, swept or not.
-            let forget = try db.cachedStatement(sql: """
-                DELETE FROM cloudVersion WHERE store = ?1 AND key = ?2 AND
-                    (SELECT type IS NULL AND time < ?3 FROM cloudVersion WHERE store = ?1 AND key = ?2 ORDER BY cursor DESC LIMIT 1)
-                """)
+        private func recordVersions(_ writes: [(change: StampedChange, cursor: Int64)], after current: [String: StampedChange],
+                                    now: Int64) throws {
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 """)
@@ -171,12 +168,18 @@ extension SQLiteCloudStorage {
                 DELETE FROM cloudVersion WHERE store = ?1 AND key = ?2 AND cursor <=
                     (SELECT cursor FROM cloudVersion WHERE store = ?1 AND key = ?2 ORDER BY cursor DESC LIMIT 1 OFFSET ?3)
                 """)
+            let oldestKept = history.oldestKeptRemoval(now: now)
+            var latest = current
             for (change, cursor) in writes {
-                let expired = DirectBinding(forget)
-                try expired.bind(1, store)
-                try expired.bind(2, change.key)
-                try expired.bind(3, history.oldestKeptRemoval(now: now))
-                try expired.run(in: db)
+                // A key removed longer ago than the retention time has no history, swept or not:
+                // what it had goes before this write.
+                if let previous = latest[change.key], previous.isTombstone, previous.stamp.time < oldestKept {
+                    let forget = DirectBinding(try db.cachedStatement(sql: "DELETE FROM cloudVersion WHERE store = ? AND key = ?"))
+                    try forget.bind(1, store)
+                    try forget.bind(2, change.key)
+                    try forget.run(in: db)
+                }
+                latest[change.key] = change
                 let row = DirectBinding(insert)
                 try row.bind(1, store)
                 try row.bind(2, change.key)

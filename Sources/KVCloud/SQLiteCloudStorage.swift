@@ -150,7 +150,7 @@ public final class SQLiteCloudStorage: CloudStorage {
         if let mark { try mark.check(newest: table.state.cursor, held: try self.mark(in: store, key: mark.key, db)) }
         let (current, unreadable) = try table.current(admission.keys)
         let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
-        try table.apply(decision, now: admission.now)
+        try table.apply(decision, current: current, now: admission.now)
         return decision.outcome
     }
 

@@ -166,7 +166,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         try StoreName.check(store)
         try policy.check()
         let limits = QuotaLimits.modelled
-        try await run {
+        try await run { () async throws -> Void in
             try await client.query("""
                 INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
                                          history_versions, history_days)
