@@ -230,14 +230,8 @@ public final class KeyValueStore: Sendable {
         }
         // Keep only real changes.
         let edits = staged.filter { key, new in new?.xml != state.entries[key]?.xml }
-        var keys = state.entries.count
-        var bytes = state.usedBytes
-        for (key, new) in edits {
-            let old = state.entries[key]
-            keys += (new == nil ? 0 : 1) - (old == nil ? 0 : 1)
-            bytes += (new?.size ?? 0) - (old?.size ?? 0)
-        }
-        return StagedChanges(edits: edits, usage: QuotaUsage(bytes: bytes, keys: keys))
+        let usage = edits.reduce(state.usage) { usage, edit in usage.replacing(state.entries[edit.key], with: edit.value) }
+        return StagedChanges(edits: edits, usage: usage)
     }
 
     /// Commits checked changes as one transaction, each with a new stamp, pending a push.

@@ -28,6 +28,12 @@ public struct QuotaUsage: Sendable, Equatable {
         self.bytes = bytes
         self.keys = keys
     }
+
+    /// The usage once a key's value `old` (nil: it had none) is replaced by `new` (nil: the
+    /// key is removed). Sizes are at most a value's limit: no sum here can overflow.
+    func replacing(_ old: KeyValueStore.Entry?, with new: KeyValueStore.Entry?) -> QuotaUsage {
+        QuotaUsage(bytes: bytes + (new?.size ?? 0) - (old?.size ?? 0), keys: keys + (new == nil ? 0 : 1) - (old == nil ? 0 : 1))
+    }
 }
 
 /// Decides whether a change fits the limits, given what the store already uses.

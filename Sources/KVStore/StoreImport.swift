@@ -76,7 +76,7 @@ extension KeyValueStore {
             var usage = state.usage
             for key in removals {
                 edits[key] = .some(nil)
-                usage = QuotaUsage(bytes: usage.bytes - state.entries[key]!.size, keys: usage.keys - 1)
+                usage = usage.replacing(state.entries[key], with: nil)
             }
             var plan = ImportPlan()
             plan.removed = removals
@@ -88,7 +88,7 @@ extension KeyValueStore {
                     continue
                 }
                 edits[key] = .some(new)
-                usage = QuotaUsage(bytes: usage.bytes + new.size - (old?.size ?? 0), keys: usage.keys + (old == nil ? 1 : 0))
+                usage = usage.replacing(old, with: new)
                 if old == nil { plan.added.append(key) } else { plan.changed.append(key) }
             }
             let staged = StagedChanges(edits: edits, usage: usage)
@@ -141,8 +141,7 @@ extension KeyValueStore {
         for key in order {
             guard let new = staged.edits[key] else { continue }
             let old = state.entries[key]
-            let next = QuotaUsage(bytes: usage.bytes + (new?.size ?? 0) - (old?.size ?? 0),
-                                  keys: usage.keys + (new == nil ? 0 : 1) - (old == nil ? 0 : 1))
+            let next = usage.replacing(old, with: new)
             added += new?.size ?? 0
             do throws(StoreError) {
                 try ledger.checkResult(before: state.usage, after: next, added: added)
