@@ -18,7 +18,9 @@ public protocol CloudStorage: Sendable {
     func history(of key: String, in store: String) throws(CloudError) -> [KeyVersion]
     func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion?
     func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy
-    func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError)
+    /// Sets the parts of `store`'s policy that `change` names, in one transaction; returns the
+    /// policy then held.
+    func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy
 }
 
 extension CloudStorage {

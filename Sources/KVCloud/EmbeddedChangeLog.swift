@@ -133,10 +133,10 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
 }
 
 extension EmbeddedChangeLog where C == ContinuousClock {
-    /// The embedded remote: a shared SQLite database at `path`. `limits` and `history`, when
-    /// given, become `store`'s each time it is opened.
+    /// The embedded remote: a shared SQLite database at `path`. `limits`, and the parts of the
+    /// history policy `history` names, become `store`'s each time it is opened.
     public static func file(path: String, store: String, limits: QuotaLimits? = nil,
-                            history: HistoryPolicy? = nil) -> EmbeddedChangeLog<ContinuousClock> {
+                            history: HistoryPolicyChange = HistoryPolicyChange()) -> EmbeddedChangeLog<ContinuousClock> {
         // Every commit writes the write-ahead log (and a checkpoint, the database).
         EmbeddedChangeLog(description: "file://\(path)", clock: ContinuousClock(), watchedFiles: [path + "-wal", path]) { () throws(CloudError) in
             guard FileManager.default.fileExists(atPath: (path as NSString).deletingLastPathComponent) else {
@@ -144,7 +144,7 @@ extension EmbeddedChangeLog where C == ContinuousClock {
             }
             let storage = try SQLiteCloudStorage(path: path)
             if let limits { try storage.setLimits(limits, of: store) }
-            if let history { try storage.setHistoryPolicy(history, of: store) }
+            if !history.isEmpty { _ = try storage.changeHistoryPolicy(history, of: store) }
             return storage
         }
     }

@@ -7,6 +7,9 @@ public struct KeyVersion: Sendable, Equatable, Codable {
     /// The cursor the change was accepted at.
     public var version: Int64
     public var stamp: ChangeStamp
+    /// When the remote accepted it, by the remote's clock (milliseconds since 1970): what a
+    /// removal's retention counts from, whatever the time of the device that made it.
+    public var acceptedAt: Int64
     /// The value's type; nil when the change removed the key.
     public var type: ValueType?
     /// The bytes the value counts against a quota (its canonical XML); 0 for a removal.
@@ -15,17 +18,18 @@ public struct KeyVersion: Sendable, Equatable, Codable {
     /// a listing and for a removal.
     public var value: Data?
 
-    public init(version: Int64, stamp: ChangeStamp, type: ValueType?, size: Int, value: Data? = nil) {
+    public init(version: Int64, stamp: ChangeStamp, acceptedAt: Int64, type: ValueType?, size: Int, value: Data? = nil) {
         self.version = version
         self.stamp = stamp
+        self.acceptedAt = acceptedAt
         self.type = type
         self.size = size
         self.value = value
     }
 
-    /// The version of `change`, accepted at `cursor`, with its value or without.
-    public init(_ change: StampedChange, at cursor: Int64, withValue: Bool) {
-        self.init(version: cursor, stamp: change.stamp, type: change.type, size: change.size,
+    /// The version of `change`, accepted at `cursor` at `acceptedAt`, with its value or without.
+    public init(_ change: StampedChange, at cursor: Int64, acceptedAt: Int64, withValue: Bool) {
+        self.init(version: cursor, stamp: change.stamp, acceptedAt: acceptedAt, type: change.type, size: change.size,
                   value: withValue ? change.value : nil)
     }
 
@@ -37,8 +41,10 @@ public struct KeyVersion: Sendable, Equatable, Codable {
 /// - the last `versions` changes of each key (the latest included), older ones dropped as new
 ///   ones are accepted;
 /// - once a key is removed, its history (the removal and the versions before it) for
-///   `retentionDays` after the removal's stamp; then none. A key written again within that
-///   time keeps its history as any key does.
+///   `retentionDays` after the remote accepted the removal; then none is shown, and the rows
+///   go at the store's next push (`sweepDue`) or the key's next change. A key written again
+///   within that time keeps its history as any key does; written later, its history starts
+///   with that write.
 public struct HistoryPolicy: Sendable, Equatable, Codable, CustomStringConvertible {
     public var versions: Int
     public var retentionDays: Int
@@ -54,16 +60,11 @@ public struct HistoryPolicy: Sendable, Equatable, Codable, CustomStringConvertib
 
     /// Refuses a policy outside the ranges above, naming the setting.
     public func check() throws(CloudError) {
-        guard Self.versionRange.contains(versions) else {
-            throw .refused("a history of \(versions) versions per key (\(Self.versionRange.lowerBound) to \(Self.versionRange.upperBound) allowed)")
-        }
-        guard Self.retentionDayRange.contains(retentionDays) else {
-            throw .refused("a retention of \(retentionDays) days (\(Self.retentionDayRange.lowerBound) to \(Self.retentionDayRange.upperBound) allowed)")
-        }
+        try HistoryPolicyChange(versions: versions, retentionDays: retentionDays).check()
     }
 
-    /// The oldest stamp time, in milliseconds since 1970, of a removal whose history is still
-    /// kept when the clock reads `now`. Never overflows.
+    /// The oldest acceptance time, in milliseconds since 1970, of a removal whose history is
+    /// still kept when the clock reads `now`. Never overflows.
     public func oldestKeptRemoval(now: Int64) -> Int64 {
         let (kept, overflow) = Int64(retentionDays).multipliedReportingOverflow(by: 86_400_000)
         let (oldest, under) = now.subtractingReportingOverflow(overflow ? Int64.max : kept)
@@ -72,7 +73,17 @@ public struct HistoryPolicy: Sendable, Equatable, Codable, CustomStringConvertib
 
     /// Whether a key whose latest version is `latest` still has a history to show at `now`.
     public func keeps(latest: KeyVersion, now: Int64) -> Bool {
-        !latest.isRemoval || latest.stamp.time >= oldestKeptRemoval(now: now)
+        !latest.isRemoval || latest.acceptedAt >= oldestKeptRemoval(now: now)
+    }
+
+    /// How often a store's push drops the histories of keys removed past the retention time.
+    public static let sweepInterval: Int64 = 3_600_000
+
+    /// Whether a push at `now` drops them, the last time having been `lastSweep`: an hour on,
+    /// or a clock that went back (or a stored time no clock gives).
+    public static func sweepDue(lastSweep: Int64, now: Int64) -> Bool {
+        let (since, overflow) = now.subtractingReportingOverflow(lastSweep)
+        return overflow || since < 0 || since >= sweepInterval
     }
 
     public var description: String { "\(versions) versions per key, removed keys for \(retentionDays) days" }
@@ -84,5 +95,40 @@ public struct HistoryPolicy: Sendable, Equatable, Codable, CustomStringConvertib
             throw .refused("a key of \(key.utf8.count) bytes (1 to \(HistoryMark.maximumKeyBytes) allowed)")
         }
         return KeyName.canonical(key)
+    }
+}
+
+/// Part of a store's history policy to set, the rest left as it is: what `--history-versions`,
+/// `--history-days` and `kvsfs account history` ask for. Applied inside the storage's own
+/// transaction, so that two changes of different parts never undo each other.
+public struct HistoryPolicyChange: Sendable, Equatable {
+    public var versions: Int?
+    public var retentionDays: Int?
+
+    public init(versions: Int? = nil, retentionDays: Int? = nil) {
+        self.versions = versions
+        self.retentionDays = retentionDays
+    }
+
+    public var isEmpty: Bool { versions == nil && retentionDays == nil }
+
+    /// Refuses a part outside `HistoryPolicy`'s ranges, naming the setting.
+    public func check() throws(CloudError) {
+        if let violation { throw .refused(violation) }
+    }
+
+    /// Why a part is outside `HistoryPolicy`'s ranges, naming the setting; nil when none is.
+    public var violation: String? {
+        if let versions, !HistoryPolicy.versionRange.contains(versions) {
+            return "a history of \(versions) versions per key (\(HistoryPolicy.versionRange.lowerBound) to \(HistoryPolicy.versionRange.upperBound) allowed)"
+        }
+        if let retentionDays, !HistoryPolicy.retentionDayRange.contains(retentionDays) {
+            return "a retention of \(retentionDays) days (\(HistoryPolicy.retentionDayRange.lowerBound) to \(HistoryPolicy.retentionDayRange.upperBound) allowed)"
+        }
+        return nil
+    }
+
+    public func applied(to policy: HistoryPolicy) -> HistoryPolicy {
+        HistoryPolicy(versions: versions ?? policy.versions, retentionDays: retentionDays ?? policy.retentionDays)
     }
 }

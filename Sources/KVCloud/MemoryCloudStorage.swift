@@ -67,7 +67,7 @@ public final class MemoryCloudStorage: CloudStorage {
                 rows.latest[change.key] = (change, cursor)
                 // A key removed longer ago than the retention time has no history.
                 var versions = Array(rows.kept(change.key, now: admitted.now).reversed())
-                versions.append(KeyVersion(change, at: cursor, withValue: true))
+                versions.append(KeyVersion(change, at: cursor, acceptedAt: admitted.now, withValue: true))
                 rows.versions[change.key] = Array(versions.suffix(rows.history.versions))
             }
             rows.usage = decision.state.usage
@@ -135,9 +135,13 @@ public final class MemoryCloudStorage: CloudStorage {
         return stores.withLock { $0[store]?.history ?? .standard }
     }
 
-    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError) {
+    public func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy {
         try StoreName.check(store)
-        try policy.check()
-        stores.withLock { $0[store, default: StoreRows()].history = policy }
+        try change.check()
+        return stores.withLock { stores in
+            let policy = change.applied(to: stores[store]?.history ?? .standard)
+            stores[store, default: StoreRows()].history = policy
+            return policy
+        }
     }
 }

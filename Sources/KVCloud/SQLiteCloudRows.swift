@@ -11,16 +11,38 @@ extension SQLiteCloudStorage {
     static func change(_ row: Row) throws -> StampedChange {
         let keyBytes: Data = try row.decode(forColumn: "key")
         guard let key = String(validating: keyBytes, as: UTF8.self) else { throw UnreadableRow("its key is not UTF-8") }
+        let type = try valueType(row)
+        let value: Data? = try row.decode(forColumn: "value")
+        guard (value == nil) == (type == nil) else { throw UnreadableRow("it has a type without a value, or a value without a type") }
+        return StampedChange(key: key, value: value, type: type, stamp: try stamp(row))
+    }
+
+    /// A stored change's type, nil for a removal; an unknown name cannot be read.
+    static func valueType(_ row: Row) throws -> ValueType? {
         let typeName: String? = try row.decode(forColumn: "type")
-        let type = try typeName.map { name in
+        return try typeName.map { name in
             guard let type = ValueType(rawValue: name) else { throw UnreadableRow("its type \(name.debugDescription) is unknown") }
             return type
         }
+    }
+
+    static func stamp(_ row: Row) throws -> ChangeStamp {
         let deviceBytes: Data = try row.decode(forColumn: "device")
         guard let device = String(validating: deviceBytes, as: UTF8.self) else { throw UnreadableRow("its device id is not UTF-8") }
-        return StampedChange(
-            key: key, value: try row.decode(forColumn: "value"), type: type,
-            stamp: ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"), device: device))
+        return ChangeStamp(time: try row.decode(forColumn: "time"), counter: try row.decode(forColumn: "counter"), device: device)
+    }
+
+    /// A version as a history answer reads it: its size (`size`), and its value only when
+    /// `valued` (the column `value` holds it then).
+    static func version(_ row: Row, valued: Bool) throws -> KeyVersion {
+        let type = try valueType(row)
+        let size: Int? = try row.decode(forColumn: "size")
+        let value: Data? = valued ? try row.decode(forColumn: "value") : nil
+        guard (size == nil) == (type == nil), !valued || (value == nil) == (type == nil) else {
+            throw UnreadableRow("it has a type without a value, or a value without a type")
+        }
+        return KeyVersion(version: try row.decode(forColumn: "cursor"), stamp: try stamp(row),
+                          acceptedAt: try row.decode(forColumn: "acceptedAt"), type: type, size: size ?? 0, value: value)
     }
 
     struct UnreadableRow: Error, CustomStringConvertible {
@@ -33,7 +55,8 @@ extension SQLiteCloudStorage {
         let db: Database
         let store: String
         let state: CloudStoreState
-        let history: HistoryPolicy
+        /// The history policy as stored; checked by `history`, which a push needs.
+        let storedHistory: HistoryPolicy
         /// When removed keys' histories were last dropped (milliseconds since 1970).
         let sweptAt: Int64
 
@@ -54,17 +77,24 @@ extension SQLiteCloudStorage {
             state = CloudStoreState(limits: try Self.limits(row),
                                     usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
                                     cursor: try row.decode(forColumn: "cursor"))
-            history = try Self.historyPolicy(row)
+            storedHistory = try Self.storedHistory(row)
             sweptAt = try row.decode(forColumn: "historySweptAt")
         }
 
-        /// The store's history policy as stored; one outside the policy's ranges (written by
-        /// another program) is refused with its reason.
+        /// The store's history policy as stored; one outside the policy's ranges (which the
+        /// schema's checks keep out) cannot be read.
         static func historyPolicy(_ row: Row) throws -> HistoryPolicy {
-            let policy = HistoryPolicy(versions: try row.decode(forColumn: "historyVersions"),
-                                       retentionDays: try row.decode(forColumn: "historyDays"))
-            try policy.check()
+            let policy = try storedHistory(row)
+            if let violation = HistoryPolicyChange(versions: policy.versions, retentionDays: policy.retentionDays).violation {
+                throw UnreadableRow("the store's history policy is outside the rule: \(violation)")
+            }
             return policy
+        }
+
+        /// The policy as stored, unchecked: what a change of part of it starts from, so that a
+        /// policy broken by another program can be mended.
+        static func storedHistory(_ row: Row) throws -> HistoryPolicy {
+            HistoryPolicy(versions: try row.decode(forColumn: "historyVersions"), retentionDays: try row.decode(forColumn: "historyDays"))
         }
 
         static func historyPolicy(db: Database, store: String) throws -> HistoryPolicy? {
@@ -125,6 +155,7 @@ extension SQLiteCloudStorage {
         /// the push; `now`: milliseconds since 1970.
         func apply(_ decision: PushDecision, current: [String: StampedChange], now: Int64) throws {
             guard !decision.writes.isEmpty else { return }
+            let history = try self.history
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
@@ -142,25 +173,36 @@ extension SQLiteCloudStorage {
                 try row.bind(8, cursor)
                 try row.run(in: db)
             }
-            try recordVersions(decision.writes, after: current, now: now)
+            try recordVersions(decision.writes, after: current, now: now, history: history)
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
-            if now.subtractingReportingOverflow(sweptAt).partialValue >= Self.sweepInterval || now < sweptAt {
+            if HistoryPolicy.sweepDue(lastSweep: sweptAt, now: now) {
+                // The keys whose latest change is a removal accepted before the retention time.
                 try db.cachedStatement(sql: """
-                    DELETE FROM cloudVersion WHERE store = ? AND key IN
-                        (SELECT key FROM cloudChange WHERE store = ? AND value IS NULL AND time < ?)
-                    """).execute(arguments: [store, store, history.oldestKeptRemoval(now: now)])
+                    DELETE FROM cloudVersion WHERE store = ?1 AND key IN (
+                        SELECT c.key FROM cloudChange c JOIN cloudVersion v ON v.store = c.store AND v.key = c.key AND v.cursor = c.cursor
+                        WHERE c.store = ?1 AND c.value IS NULL AND v.acceptedAt < ?2)
+                    """).execute(arguments: [store, history.oldestKeptRemoval(now: now)])
                 try db.cachedStatement(sql: "UPDATE cloudStore SET historySweptAt = ? WHERE id = ?").execute(arguments: [now, store])
             }
         }
 
-        /// How often a push drops the histories of keys removed past the retention time.
-        static let sweepInterval: Int64 = 3_600_000
+        /// The store's history policy; one outside the rule (which the schema's checks keep out)
+        /// refuses the push, with why, until it is mended.
+        var history: HistoryPolicy {
+            get throws {
+                if let violation = HistoryPolicyChange(versions: storedHistory.versions, retentionDays: storedHistory.retentionDays).violation {
+                    throw UnreadableRow("the store's history policy is outside the rule: \(violation)")
+                }
+                return storedHistory
+            }
+        }
 
         private func recordVersions(_ writes: [(change: StampedChange, cursor: Int64)], after current: [String: StampedChange],
-                                    now: Int64) throws {
+                                    now: Int64, history: HistoryPolicy) throws {
             let insert = try db.cachedStatement(sql: """
-                INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device, acceptedAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
             // Everything of the key up to and including its (versions)th newest is older than
             // what the policy keeps once this version is in.
@@ -169,17 +211,21 @@ extension SQLiteCloudStorage {
                     (SELECT cursor FROM cloudVersion WHERE store = ?1 AND key = ?2 ORDER BY cursor DESC LIMIT 1 OFFSET ?3)
                 """)
             let oldestKept = history.oldestKeptRemoval(now: now)
-            var latest = current
+            var written = Set<String>()
             for (change, cursor) in writes {
-                // A key removed longer ago than the retention time has no history, swept or not:
-                // what it had goes before this write.
-                if let previous = latest[change.key], previous.isTombstone, previous.stamp.time < oldestKept {
-                    let forget = DirectBinding(try db.cachedStatement(sql: "DELETE FROM cloudVersion WHERE store = ? AND key = ?"))
+                // A key removed and accepted so longer ago than the retention time has no history,
+                // swept or not: what it had goes before this write. (A removal this push wrote
+                // was accepted now.)
+                if written.insert(change.key).inserted, current[change.key]?.isTombstone == true {
+                    let forget = DirectBinding(try db.cachedStatement(sql: """
+                        DELETE FROM cloudVersion WHERE store = ?1 AND key = ?2 AND
+                            (SELECT type IS NULL AND acceptedAt < ?3 FROM cloudVersion WHERE store = ?1 AND key = ?2 ORDER BY cursor DESC LIMIT 1)
+                        """))
                     try forget.bind(1, store)
                     try forget.bind(2, change.key)
+                    try forget.bind(3, oldestKept)
                     try forget.run(in: db)
                 }
-                latest[change.key] = change
                 let row = DirectBinding(insert)
                 try row.bind(1, store)
                 try row.bind(2, change.key)
@@ -189,6 +235,7 @@ extension SQLiteCloudStorage {
                 try row.bind(6, change.stamp.time)
                 try row.bind(7, Int64(change.stamp.counter))
                 try row.bind(8, change.stamp.device)
+                try row.bind(9, now)
                 try row.run(in: db)
                 let old = DirectBinding(trim)
                 try old.bind(1, store)

@@ -67,9 +67,10 @@ public final class SQLiteCloudStorage: CloudStorage {
             try db.execute(sql: "INSERT INTO cloudSetting (name, value) VALUES ('identity', ?)", arguments: [UUID().uuidString.lowercased()])
         }
         migrator.registerMigration("v2 key history") { db in
+            // Numbers, not HistoryPolicy's: a migration means the same for ever.
             try db.alter(table: "cloudStore") { t in
-                t.add(column: "historyVersions", .integer).notNull().defaults(to: HistoryPolicy.standard.versions)
-                t.add(column: "historyDays", .integer).notNull().defaults(to: HistoryPolicy.standard.retentionDays)
+                t.add(column: "historyVersions", .integer).notNull().defaults(to: 16).check(sql: "historyVersions BETWEEN 1 AND 1000")
+                t.add(column: "historyDays", .integer).notNull().defaults(to: 30).check(sql: "historyDays BETWEEN 0 AND 3650")
                 // When removed keys' histories were last dropped (milliseconds since 1970).
                 t.add(column: "historySweptAt", .integer).notNull().defaults(to: 0)
             }
@@ -82,13 +83,16 @@ public final class SQLiteCloudStorage: CloudStorage {
                 t.column("time", .integer).notNull()
                 t.column("counter", .integer).notNull()
                 t.column("device", .text).notNull()
+                // When this remote accepted it (milliseconds since 1970, its own clock).
+                t.column("acceptedAt", .integer).notNull()
                 t.primaryKey(["store", "key", "cursor"])
                 t.check(sql: "(value IS NULL) = (type IS NULL)")
             }
-            // Each key's latest change is the first version its history holds.
+            // Each key's latest change is the first version its history holds; when it was
+            // accepted is not known, its stamp's time stands for it.
             try db.execute(sql: """
-                INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device)
-                SELECT store, key, cursor, value, type, time, counter, device FROM cloudChange
+                INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device, acceptedAt)
+                SELECT store, key, cursor, value, type, time, counter, device, time FROM cloudChange
                 """)
         }
         return migrator
@@ -226,45 +230,50 @@ public final class SQLiteCloudStorage: CloudStorage {
     }
 
     public func history(of key: String, in store: String) throws(CloudError) -> [KeyVersion] {
+        try shown(key, in: store, valueOf: nil)
+    }
+
+    public func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion? {
+        try shown(key, in: store, valueOf: version).first { $0.version == version }
+    }
+
+    /// The versions of `key` the store's policy shows, newest first, with the value of the one
+    /// at cursor `valued` only (values are read for no other).
+    private func shown(_ key: String, in store: String, valueOf valued: Int64?) throws(CloudError) -> [KeyVersion] {
         try StoreName.check(store)
         let key = try HistoryPolicy.requestedKey(key)
         let now = admission.now()
         return try run {
             try self.database.read { db in
                 guard let policy = try Table.historyPolicy(db: db, store: store) else { return [] }
-                let versions = try Self.versions(of: key, in: store, limit: policy.versions, withValues: false, db)
+                let versions = try Self.versions(of: key, in: store, limit: policy.versions, valueOf: valued, db)
                 guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return [] }
                 return versions
             }
         }
     }
 
-    public func version(_ version: Int64, of key: String, in store: String) throws(CloudError) -> KeyVersion? {
-        try StoreName.check(store)
-        let key = try HistoryPolicy.requestedKey(key)
-        let now = admission.now()
-        return try run {
-            try self.database.read { db in
-                guard let policy = try Table.historyPolicy(db: db, store: store) else { return nil }
-                let versions = try Self.versions(of: key, in: store, limit: policy.versions, withValues: true, db)
-                guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return nil }
-                return versions.first { $0.version == version }
-            }
-        }
-    }
-
     /// The newest `limit` versions of `key`, newest first; a row that cannot be read fails the
-    /// whole answer with its reason.
-    private static func versions(of key: String, in store: String, limit: Int, withValues: Bool,
+    /// whole answer with its reason. The key's latest change counts as its newest version when
+    /// no version row holds it: an older kvsfs sharing the file records none (its acceptance
+    /// time unknown, its stamp's stands for it).
+    private static func versions(of key: String, in store: String, limit: Int, valueOf valued: Int64?,
                                  _ db: Database) throws -> [KeyVersion] {
         let rows = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudVersion
-            WHERE store = ? AND key = CAST(? AS TEXT) ORDER BY cursor DESC LIMIT ?
-            """), arguments: [store, Data(key.utf8), limit])
+            SELECT * FROM (
+                SELECT cursor, CASE WHEN cursor = ?3 THEN value END AS value, length(value) AS size, type, time, counter,
+                       CAST(device AS BLOB) AS device, acceptedAt
+                FROM cloudVersion WHERE store = ?1 AND key = CAST(?2 AS TEXT)
+                UNION ALL
+                SELECT cursor, CASE WHEN cursor = ?3 THEN value END, length(value), type, time, counter, CAST(device AS BLOB), time
+                FROM cloudChange WHERE store = ?1 AND key = CAST(?2 AS TEXT)
+                    AND cursor > coalesce((SELECT max(cursor) FROM cloudVersion WHERE store = ?1 AND key = CAST(?2 AS TEXT)), 0))
+            ORDER BY cursor DESC LIMIT ?4
+            """), arguments: [store, Data(key.utf8), valued ?? 0, limit])
         return try rows.map { row in
             let cursor: Int64 = try row.decode(forColumn: "cursor")
             do {
-                return KeyVersion(try change(row), at: cursor, withValue: withValues)
+                return try version(row, valued: cursor == valued)
             } catch {
                 throw CloudError.unavailable("the version at cursor \(cursor) of \(key.debugDescription) cannot be read: \(error)")
             }
@@ -276,14 +285,17 @@ public final class SQLiteCloudStorage: CloudStorage {
         return try run { try self.database.read { db in try Table.historyPolicy(db: db, store: store) ?? .standard } }
     }
 
-    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError) {
+    public func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy {
         try StoreName.check(store)
-        try policy.check()
-        try run {
+        try change.check()
+        return try run {
             try self.database.write { db in
-                _ = try Table(db: db, store: store)
+                // Over the stored policy unchecked: a broken one is mended by naming its broken parts.
+                let policy = change.applied(to: try Table(db: db, store: store).storedHistory)
+                try policy.check()
                 try db.execute(sql: "UPDATE cloudStore SET historyVersions = ?, historyDays = ? WHERE id = ?",
                                arguments: [policy.versions, policy.retentionDays, store])
+                return policy
             }
         }
     }

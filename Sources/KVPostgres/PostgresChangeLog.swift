@@ -86,8 +86,8 @@ extension PostgresServerStorage {
 
     /// The versions of `key` its store's policy keeps, newest first, with the value of the one
     /// accepted at `valued` only; none once the key's removal is past the retention time. A
-    /// stored policy outside its ranges is refused with its reason, and a row that cannot be
-    /// read fails the whole answer with its reason, as in the file remote.
+    /// stored policy outside its ranges (which the schema's checks keep out) or a row that
+    /// cannot be read fails the whole answer with its reason, as in the file remote.
     private func versions(of key: String, in store: String, withValueAt valued: Int64?) async throws(CloudError) -> [KeyVersion] {
         try StoreName.check(store)
         let key = try HistoryPolicy.requestedKey(key)
@@ -98,28 +98,42 @@ extension PostgresServerStorage {
             // One row without a version when the store keeps none of the key; none without the store.
             let rows = try await client.query("""
                 SELECT s.history_versions, s.history_days, v.cursor, CASE WHEN v.cursor = \(valued)::bigint THEN v.value END,
-                       octet_length(v.value), v.type, v.time, v.counter, v.device
+                       octet_length(v.value), v.type, v.time, v.counter, v.device, v.accepted_at
                 FROM kvsfs_store s LEFT JOIN LATERAL (
-                    SELECT * FROM kvsfs_version WHERE store = s.id AND key = \(key)
+                    SELECT * FROM (
+                        SELECT cursor, value, type, time, counter, device, accepted_at FROM kvsfs_version
+                        WHERE store = s.id AND key = \(key)
+                        UNION ALL
+                        SELECT cursor, value, type, time, counter, device, time FROM kvsfs_change
+                        WHERE store = s.id AND key = \(key) AND cursor >
+                            coalesce((SELECT max(cursor) FROM kvsfs_version WHERE store = s.id AND key = \(key)), 0)) kept
                     ORDER BY cursor DESC LIMIT greatest(s.history_versions, 0)) v ON true
                 WHERE s.id = \(store)
                 """, logger: logger)
             var policy: HistoryPolicy?
             var versions = [KeyVersion]()
-            for try await row in rows.decode((Int, Int, Int64?, Data?, Int?, String?, Int64?, Int32?, String?).self) {
-                let (kept, days, cursor, value, size, typeName, time, counter, device) = row
+            for try await row in rows.decode((Int, Int, Int64?, Data?, Int?, String?, Int64?, Int32?, String?, Int64?).self) {
+                let (kept, days, cursor, value, size, typeName, time, counter, device, acceptedAt) = row
                 policy = HistoryPolicy(versions: kept, retentionDays: days)
-                guard let cursor, let time, let counter, let device else { continue }
+                guard let cursor, let time, let counter, let device, let acceptedAt else { continue }
                 let type = typeName.flatMap(ValueType.init(rawValue:))
                 if let typeName, type == nil {
                     throw CloudError.unavailable("the version at cursor \(cursor) of \(key.debugDescription) cannot be read: "
                                                  + "its type \(typeName.debugDescription) is unknown")
                 }
+                guard (size == nil) == (typeName == nil), cursor != valued || (value == nil) == (typeName == nil) else {
+                    throw CloudError.unavailable("the version at cursor \(cursor) of \(key.debugDescription) cannot be read: "
+                                                 + "it has a type without a value, or a value without a type")
+                }
                 versions.append(KeyVersion(version: cursor, stamp: ChangeStamp(time: time, counter: counter, device: device),
-                                           type: type, size: size ?? 0, value: value))
+                                           acceptedAt: acceptedAt, type: type, size: size ?? 0, value: value))
             }
             guard let policy else { return [] }
-            try policy.check()
+            do {
+                try policy.check()
+            } catch {
+                throw CloudError.unavailable("the store's history policy is outside the rule: \(error)")
+            }
             guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return [] }
             return versions
         }

@@ -33,10 +33,13 @@ extension PostgresServerStorage {
         let stores = Array(Set(group.map(\.store))).sorted()
         var locked = try await Self.lock(stores, keys: group, db, logger)
         var results = [Result<PushOutcome, CloudError>]()
-        var versions = [(store: String, row: KeyRow)]()  // every accepted write, in order
+        var versions = [(store: String, row: KeyRow, acceptedAt: Int64)]()  // every accepted write, in order
         var changedStores = Set<String>()
         var admittedAt = [String: Int64]()  // per changed store, the newest clock reading its pushes were admitted at
-        var forgotten = [RowKey: Int64]()  // keys whose versions below a cursor go: their removal had expired
+        // Keys first written in this group after a removal: their versions below the cursor go
+        // when that removal was accepted before `oldest`.
+        var forgotten = [(key: RowKey, below: Int64, oldest: Int64)]()
+        var touched = Set<RowKey>()
         for push in group {
             guard let state = locked.states[push.store], let history = locked.histories[push.store] else {
                 // Its row went (the account was removed) after it was made: made again on a retry.
@@ -45,10 +48,12 @@ extension PostgresServerStorage {
                 continue
             }
             let rows = locked.rows[push.store] ?? [:]
-            do {
-                // A policy outside its ranges (written by another program) refuses the push, as
-                // the file remote does.
-                try history.policy.check()
+            do throws(CloudError) {
+                // A policy outside its ranges (which the schema's checks keep out) would trim
+                // wrongly: the push waits until it is mended (`changeHistoryPolicy`).
+                if let violation = HistoryPolicyChange(versions: history.policy.versions, retentionDays: history.policy.retentionDays).violation {
+                    throw .unavailable("the store's history policy is outside the rule: \(violation)")
+                }
                 // Under the store's lock, against the rows the push decides by.
                 if let mark = push.mark { try mark.check(newest: state.cursor, held: rows[mark.key].map(\.mark)) }
             } catch {
@@ -58,15 +63,16 @@ extension PostgresServerStorage {
             let current = rows.filter { push.pushedKeys.contains($0.key) }.mapValues(\.change)
             let decision = CloudLedger.decide(push.admitted, current: current, state: state, storesNUL: false)
             for (change, cursor) in decision.writes {
-                // A key removed longer ago than the retention time has no history, swept or not:
-                // what it had before this write goes.
-                if let previous = locked.rows[push.store]?[change.key], previous.change.isTombstone,
-                   previous.change.stamp.time < history.policy.oldestKeptRemoval(now: push.admitted.now) {
-                    forgotten[RowKey(store: push.store, key: change.key)] = cursor
+                // A key whose removal was accepted longer ago than the retention time has no
+                // history, swept or not: what it had before this write goes (checked against the
+                // removal's version by the statement). A removal this group wrote is new.
+                let written = RowKey(store: push.store, key: change.key)
+                if touched.insert(written).inserted, locked.rows[push.store]?[change.key]?.change.isTombstone == true {
+                    forgotten.append((written, cursor, history.policy.oldestKeptRemoval(now: push.admitted.now)))
                 }
                 let row = KeyRow(change: change, cursor: cursor)
                 locked.rows[push.store, default: [:]][change.key] = row
-                versions.append((push.store, row))
+                versions.append((push.store, row, push.admitted.now))
             }
             if !decision.writes.isEmpty {
                 locked.states[push.store] = decision.state
@@ -87,14 +93,13 @@ extension PostgresServerStorage {
         for store in updated {
             let history = locked.histories[store]!
             let now = admittedAt[store]!
-            if now.subtractingReportingOverflow(history.sweptAt).partialValue >= Self.historySweepInterval || now < history.sweptAt {
+            if HistoryPolicy.sweepDue(lastSweep: history.sweptAt, now: now) {
                 sweptAt.append(now)
                 swept.append((store, history.policy.oldestKeptRemoval(now: now)))
             } else {
                 sweptAt.append(history.sweptAt)
             }
         }
-        let forgetting = Array(forgotten)
         var seen = Set<RowKey>()
         let keys = versions.map { RowKey(store: $0.store, key: $0.row.change.key) }.filter { seen.insert($0).inserted }
         try await db.query("""
@@ -109,13 +114,16 @@ extension PostgresServerStorage {
                     WHERE newness > history_versions
                     UNION
                     SELECT k.store, k.key, k.cursor FROM unnest(\(swept.map(\.store))::text[], \(swept.map(\.oldest))::bigint[]) AS e(store, oldest)
-                    JOIN kvsfs_change c ON c.store = e.store AND c.value IS NULL AND c.time < e.oldest
+                    JOIN kvsfs_change c ON c.store = e.store AND c.value IS NULL
+                    JOIN kvsfs_version r ON r.store = c.store AND r.key = c.key AND r.cursor = c.cursor AND r.accepted_at < e.oldest
                     JOIN kvsfs_version k ON k.store = c.store AND k.key = c.key
                     UNION
                     SELECT k.store, k.key, k.cursor
-                    FROM unnest(\(forgetting.map(\.key.store))::text[], \(forgetting.map(\.key.key))::text[],
-                                \(forgetting.map(\.value))::bigint[]) AS f(store, key, below)
-                    JOIN kvsfs_version k ON k.store = f.store AND k.key = f.key AND k.cursor < f.below) old
+                    FROM unnest(\(forgotten.map(\.key.store))::text[], \(forgotten.map(\.key.key))::text[],
+                                \(forgotten.map(\.below))::bigint[], \(forgotten.map(\.oldest))::bigint[]) AS f(store, key, below, oldest)
+                    JOIN kvsfs_version k ON k.store = f.store AND k.key = f.key AND k.cursor < f.below
+                    WHERE (SELECT r.type IS NULL AND r.accepted_at < f.oldest FROM kvsfs_version r
+                           WHERE r.store = f.store AND r.key = f.key AND r.cursor < f.below ORDER BY r.cursor DESC LIMIT 1)) old
                 WHERE v.store = old.store AND v.key = old.key AND v.cursor = old.cursor),
             updated AS (
                 UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys, history_swept_at = u.swept_at
@@ -133,28 +141,26 @@ extension PostgresServerStorage {
         let key: String
     }
 
-    /// How often a group drops, per store, the histories of keys removed past the retention
-    /// time (milliseconds), as the file remote does.
-    static let historySweepInterval: Int64 = 3_600_000
-
     /// Every accepted write as a version of its key, and each key's latest (the one accepted
     /// at its highest cursor) as its row, in one statement of any number of rows, as arrays:
-    /// nine parameters, whatever the group's size, each value sent once.
-    private static func write(_ rows: [(store: String, row: KeyRow)], _ db: PostgresConnection, _ logger: Logger) async throws {
+    /// ten parameters, whatever the group's size, each value sent once.
+    private static func write(_ rows: [(store: String, row: KeyRow, acceptedAt: Int64)], _ db: PostgresConnection,
+                              _ logger: Logger) async throws {
         let changes = rows.map(\.row.change)
         // bytea[] and text[] hold no NULL here: a tombstone is flagged, a missing type is ''.
         try await db.query("""
             WITH written AS (
                 SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END AS value, NULLIF(type, '') AS type,
-                       time, counter, device, cursor
+                       time, counter, device, cursor, accepted_at
                 FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
                         \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
                         \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
-                        \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[])
-                    AS row(store, key, value, tombstone, type, time, counter, device, cursor)),
+                        \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[],
+                        \(rows.map(\.acceptedAt))::bigint[])
+                    AS row(store, key, value, tombstone, type, time, counter, device, cursor, accepted_at)),
             versions AS (
-                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device)
-                SELECT store, key, cursor, value, type, time, counter, device FROM written)
+                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
+                SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written)
             INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
             SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor FROM written
             ORDER BY store, key, cursor DESC
@@ -185,13 +191,13 @@ extension PostgresServerStorage {
     /// keys its pushes name.
     private struct Locked {
         var states: [String: CloudStoreState] = [:]
-        var histories: [String: StoreHistory] = [:]
+        var histories: [String: LockedHistory] = [:]
         var rows: [String: [String: KeyRow]] = [:]
     }
 
     /// A store's history policy as stored (unchecked), and when its removed keys' histories
     /// were last dropped (milliseconds since 1970).
-    private struct StoreHistory {
+    private struct LockedHistory {
         let policy: HistoryPolicy
         let sweptAt: Int64
     }
@@ -220,7 +226,7 @@ extension PostgresServerStorage {
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
-            locked.histories[store] = StoreHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt)
+            locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt)
             if let key, let time, let counter, let device, let keyCursor {
                 locked.rows[store, default: [:]][key] = KeyRow(
                     change: StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),

@@ -48,19 +48,25 @@ enum PostgresSchema {
                 // The policy's defaults as `HistoryPolicy.standard` had them when this was written;
                 // history_swept_at: when removed keys' histories were last dropped (ms since 1970).
                 """
-                ALTER TABLE kvsfs_store ADD COLUMN history_versions integer NOT NULL DEFAULT 16,
-                    ADD COLUMN history_days integer NOT NULL DEFAULT 30, ADD COLUMN history_swept_at bigint NOT NULL DEFAULT 0
+                ALTER TABLE kvsfs_store
+                    ADD COLUMN history_versions integer NOT NULL DEFAULT 16 CHECK (history_versions BETWEEN 1 AND 1000),
+                    ADD COLUMN history_days integer NOT NULL DEFAULT 30 CHECK (history_days BETWEEN 0 AND 3650),
+                    ADD COLUMN history_swept_at bigint NOT NULL DEFAULT 0
                 """,
+                // accepted_at: when this database accepted the change (ms since 1970, the
+                // accepting instance's clock), what a removal's retention counts from.
                 """
                 CREATE TABLE kvsfs_version (
                     store text NOT NULL REFERENCES kvsfs_store ON DELETE CASCADE, key text NOT NULL, cursor bigint NOT NULL,
                     value bytea, type text, time bigint NOT NULL, counter integer NOT NULL, device text NOT NULL,
+                    accepted_at bigint NOT NULL,
                     PRIMARY KEY (store, key, cursor), CHECK ((value IS NULL) = (type IS NULL)))
                 """,
-                // Each key's latest change is the first version its history holds.
+                // Each key's latest change is the first version its history holds; when it was
+                // accepted is not known, its stamp's time stands for it.
                 """
-                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device)
-                SELECT store, key, cursor, value, type, time, counter, device FROM kvsfs_change
+                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
+                SELECT store, key, cursor, value, type, time, counter, device, time FROM kvsfs_change
                 """,
             ] {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)

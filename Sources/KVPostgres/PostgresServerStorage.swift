@@ -145,37 +145,54 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     // MARK: - History policy
 
-    /// What `store` keeps of each key's past (`HistoryPolicy.standard` until set); a stored
-    /// policy outside its ranges is refused with its reason.
+    /// What `store` keeps of each key's past (`HistoryPolicy.standard` until set).
     public func historyPolicy(of store: String) async throws(CloudError) -> HistoryPolicy {
         try StoreName.check(store)
         return try await run {
             let rows = try await client.query("SELECT history_versions, history_days FROM kvsfs_store WHERE id = \(store)", logger: logger)
             for try await (versions, days) in rows.decode((Int, Int).self) {
-                let policy = HistoryPolicy(versions: versions, retentionDays: days)
-                try policy.check()
-                return policy
+                return try Self.checked(HistoryPolicy(versions: versions, retentionDays: days))
             }
             return .standard
         }
     }
 
-    /// Makes the store's row if it has none (with the limits a push would give it). Versions
-    /// beyond a lowered count go when their key is next written.
-    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) async throws(CloudError) {
+    /// One statement: makes the store's row if it has none (with the limits a push would give
+    /// it), or changes only the parts named. Versions beyond a lowered count go when their key
+    /// is next written.
+    public func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) async throws(CloudError) -> HistoryPolicy {
         try StoreName.check(store)
-        try policy.check()
+        try change.check()
         let limits = QuotaLimits.modelled
-        try await run { () async throws -> Void in
-            try await client.query("""
+        let standard = HistoryPolicy.standard
+        let policy = try await run { () async throws -> HistoryPolicy in
+            let rows = try await client.query("""
                 INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
                                          history_versions, history_days)
                 VALUES (\(store), 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes),
-                        \(policy.versions), \(policy.retentionDays))
-                ON CONFLICT (id) DO UPDATE SET history_versions = excluded.history_versions, history_days = excluded.history_days
+                        coalesce(\(change.versions)::integer, \(standard.versions)), coalesce(\(change.retentionDays)::integer, \(standard.retentionDays)))
+                ON CONFLICT (id) DO UPDATE SET
+                    history_versions = coalesce(\(change.versions)::integer, kvsfs_store.history_versions),
+                    history_days = coalesce(\(change.retentionDays)::integer, kvsfs_store.history_days)
+                RETURNING history_versions, history_days
                 """, logger: logger)
+            for try await (versions, days) in rows.decode((Int, Int).self) {
+                return try Self.checked(HistoryPolicy(versions: versions, retentionDays: days))
+            }
+            throw CloudError.unavailable("store \(store) has no row after its history policy was set")
         }
         knownStores.withLock { _ = $0.insert(store) }
+        return policy
+    }
+
+    /// A stored policy, which the schema's checks keep in its ranges.
+    private static func checked(_ policy: HistoryPolicy) throws(CloudError) -> HistoryPolicy {
+        do {
+            try policy.check()
+        } catch {
+            throw .unavailable("the store's history policy is outside the rule: \(error)")
+        }
+        return policy
     }
 
     // MARK: - Errors

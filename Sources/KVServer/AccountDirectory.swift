@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import KVStore
 
 /// What a token may do.
 public struct TokenScope: Sendable, Equatable {
@@ -111,6 +112,13 @@ public struct AccountDirectory: Sendable {
     private static func scope(of record: TokenRecord?, secret: String) -> TokenScope? {
         guard let record, constantTimeEqual(record.secretHash, hash(secret)) else { return nil }
         return record.scope
+    }
+
+    /// How the storage names the store `store` of `account` (`ACCOUNT.STORE`); nil unless both
+    /// names meet their rules.
+    public static func storageName(account: String, store: String) -> String? {
+        guard isValidName(account), StoreLocation.isValidStoreID(store) else { return nil }
+        return "\(account).\(store)"
     }
 
     public static func isValidName(_ name: String) -> Bool {

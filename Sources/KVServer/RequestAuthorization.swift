@@ -108,7 +108,7 @@ struct StoreAuthorization: RouterMiddleware {
         guard let scope = context.bearer?.scope else { throw TokenAuthorization.refusal("no token was checked") }
         let account = try context.parameters.require("account")
         let store = try context.parameters.require("store")
-        guard AccountDirectory.isValidName(account), StoreLocation.isValidStoreID(store) else {
+        guard let stored = AccountDirectory.storageName(account: account, store: store) else {
             throw HTTPError(.notFound, message: "no store \(account)/\(store)")
         }
         guard scope.canRead(account: account, store: store) else {
@@ -118,7 +118,7 @@ struct StoreAuthorization: RouterMiddleware {
             throw HTTPError(.forbidden, message: "this token may only read \(account)/\(store)")
         }
         var context = context
-        context.store = AddressedStore(account: account, name: "\(account).\(store)")
+        context.store = AddressedStore(account: account, name: stored)
         return try await next(request, context)
     }
 }

@@ -77,8 +77,8 @@ public final class SQLiteServerStorage: ServerStorage {
         try await threads.run { [cloud] () throws(CloudError) in try cloud.historyPolicy(of: store) }
     }
 
-    public func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) async throws(CloudError) {
-        try await threads.run { [cloud] () throws(CloudError) in try cloud.setHistoryPolicy(policy, of: store) }
+    public func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) async throws(CloudError) -> HistoryPolicy {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.changeHistoryPolicy(change, of: store) }
     }
 
     /// Nobody else writes this file: every change comes through this server.

@@ -19,7 +19,8 @@ public protocol ServerStorage: ChangeLog {
 
     /// What the store keeps of each key's past (`HistoryPolicy.standard` until set).
     func historyPolicy(of store: String) async throws(CloudError) -> HistoryPolicy
-    func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) async throws(CloudError)
+    /// Sets the parts of the policy `change` names, in one transaction; returns the policy then held.
+    func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) async throws(CloudError) -> HistoryPolicy
 
     /// Calls `changed` with the name of each store that gains changes through another server
     /// sharing this storage, until the task is cancelled. `resync` is called when some may

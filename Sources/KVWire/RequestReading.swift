@@ -71,10 +71,11 @@ public struct WireQuery: Sendable {
         return mark
     }
 
-    /// `key`: the key a history request names, required, 1 to `HistoryMark.maximumKeyBytes`.
+    /// `key`: the key a history request names, required, 1 to `WireLimits.maximumKeyBytes` (as
+    /// a push's keys).
     public func key() throws(WireError) -> String {
-        guard let key = value(Name.key), !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes else {
-            throw .invalidQuery(name: Name.key, expected: "a key name of 1 to \(HistoryMark.maximumKeyBytes) bytes")
+        guard let key = value(Name.key), !key.isEmpty, key.utf8.count <= WireLimits.maximumKeyBytes else {
+            throw .invalidQuery(name: Name.key, expected: "a key name of 1 to \(WireLimits.maximumKeyBytes) bytes")
         }
         return key
     }

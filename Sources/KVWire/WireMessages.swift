@@ -112,6 +112,12 @@ public struct VersionResponse: Codable, Sendable, Equatable {
     public init(version: KeyVersion?) {
         self.version = version
     }
+
+    /// `{"version":null}` when there is none, as the protocol says, not `{}`.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(version, forKey: .version)
+    }
 }
 
 /// Every 4xx and 5xx answer's body: `{"error":{"message":...}}` (Hummingbird's `HTTPError`).

@@ -60,7 +60,7 @@ enum RequestFuzzing {
             }
         }
         if let key = try? query.key(), let version = try? query.version() {
-            guard !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes, (version ?? 1) > 0 else {
+            guard !key.isEmpty, key.utf8.count <= WireLimits.maximumKeyBytes, (version ?? 1) > 0 else {
                 fatalError("key of \(key.utf8.count) bytes, version \(String(describing: version)) from \(text.debugDescription)")
             }
             let written = WireQuery(String(WireQuery.encode(key: key, version: version).dropFirst()))

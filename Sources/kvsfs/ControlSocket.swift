@@ -146,10 +146,12 @@ final class ControlSocket: @unchecked Sendable {
     }
 
     private func requestedKey(_ request: ControlRequest) throws -> String {
-        guard let key = request.key, !key.isEmpty, key.utf8.count <= HistoryMark.maximumKeyBytes else {
-            throw CommandFailure("the request names no key, or one longer than \(HistoryMark.maximumKeyBytes) bytes")
+        guard let key = request.key else { throw CommandFailure("the request names no key") }
+        do {
+            return try HistoryPolicy.requestedKey(key)
+        } catch {
+            throw CommandFailure(error.description)
         }
-        return key
     }
 
     /// Asks the remote, which keeps the history, for at most `remoteDeadline`.
@@ -160,6 +162,8 @@ final class ControlSocket: @unchecked Sendable {
         }
         do {
             return try answer.get()
+        } catch CloudError.unavailable(let reason) {
+            throw CommandFailure("the remote could not answer: \(reason)")
         } catch {
             throw CommandFailure("the remote could not answer: \(error)")
         }

@@ -80,16 +80,15 @@ struct Revert: ParsableCommand {
 
     func run() throws {
         let key = try KeyFile(path)
-        guard let found = try key.version(version) else {
-            throw CommandFailure("the remote keeps no version \(version) of \(key.name.debugDescription)")
-        }
-        guard let value = found.value else {
+        let found = try key.keptVersion(version)
+        if found.isRemoval {
+            guard found.value == nil else { throw CommandFailure("the remote sent version \(version) as a removal with a value") }
             if unlink(path) != 0, errno != ENOENT { throw CommandFailure("cannot remove \(path): \(explain(errno))") }
             return
         }
         // Checked before it reaches the file: what a remote sent is not trusted to be a value.
-        _ = try key.decode(value, version: version)
-        try ValueFile.write(Array(value), to: path)
+        _ = try key.value(of: found)
+        try ValueFile.write(Array(found.value ?? Data()), to: path)
     }
 }
 
@@ -112,31 +111,58 @@ struct KeyFile {
 
     func history() throws -> [KeyVersion] {
         let answer = try ControlClient.send(ControlRequest(command: .history, key: name), to: mountpoint)
-        return try decodeAnswer([KeyVersion].self, answer)
+        let versions = try decodeAnswer([KeyVersion].self, answer)
+        for version in versions { try check(version) }
+        return versions
     }
 
-    func version(_ version: Int64) throws -> KeyVersion? {
+    /// What the remote sent is printed and written back: each version must meet the rules a
+    /// remote keeps them by (a version number, a stamp by the stamp rule, a size) before it is.
+    private func check(_ version: KeyVersion) throws {
+        do {
+            try StampRule().checkFields(version.stamp)
+        } catch {
+            throw CommandFailure("the remote sent version \(version.version) of \(name.debugDescription) with a stamp outside the rule: \(error)")
+        }
+        guard version.version > 0, version.size >= 0, (0...StampRule.latestTime).contains(version.acceptedAt) else {
+            throw CommandFailure("the remote sent a version of \(name.debugDescription) outside the rules (number \(version.version), size \(version.size))")
+        }
+    }
+
+    /// `version` as the remote keeps it; refused when it keeps no such version, or answers
+    /// with another one.
+    func keptVersion(_ version: Int64) throws -> KeyVersion {
         let answer = try ControlClient.send(ControlRequest(command: .version, key: name, version: version), to: mountpoint)
-        return try decodeAnswer(KeyVersion?.self, answer)
+        guard let found = try decodeAnswer(KeyVersion?.self, answer) else {
+            throw CommandFailure("the remote keeps no version \(version) of \(name.debugDescription)")
+        }
+        guard found.version == version else { throw CommandFailure("the remote answered with version \(found.version), not \(version)") }
+        try check(found)
+        return found
     }
 
     /// The value of `version`; refused for a version the remote does not keep, or a removal.
     func value(ofVersion version: Int64) throws -> PropertyListValue {
-        guard let found = try self.version(version) else {
-            throw CommandFailure("the remote keeps no version \(version) of \(name.debugDescription)")
-        }
-        guard let value = found.value else {
+        let found = try keptVersion(version)
+        guard !found.isRemoval else {
             throw CommandFailure("version \(version) of \(name.debugDescription) is its removal: it has no value")
         }
-        return try decode(value, version: version)
+        return try value(of: found)
     }
 
-    func decode(_ value: Data, version: Int64) throws -> PropertyListValue {
+    /// The value a version carries, checked against the value rule and the type the remote
+    /// listed for it.
+    func value(of found: KeyVersion) throws -> PropertyListValue {
+        let described = "version \(found.version) of \(name.debugDescription)"
+        guard let bytes = found.value, let type = found.type else { throw CommandFailure("the remote sent \(described) without its value") }
+        let value: PropertyListValue
         do {
-            return try PropertyListCodec.decode([UInt8](value))
+            value = try PropertyListCodec.decode([UInt8](bytes))
         } catch {
-            throw CommandFailure("version \(version) of \(name.debugDescription) is not a value the store accepts: \(error)")
+            throw CommandFailure("\(described) is not a value the store accepts: \(error)")
         }
+        guard value.type == type else { throw CommandFailure("\(described) is listed as \(type.rawValue) but holds another type") }
+        return value
     }
 
     private func decodeAnswer<T: Decodable>(_ type: T.Type, _ answer: [UInt8]) throws -> T {

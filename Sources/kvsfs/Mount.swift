@@ -65,15 +65,12 @@ struct Mount: ParsableCommand {
         if let remote, remote != "none", RemoteLocation.filePath(remote) == nil, !RemoteLocation.isServer(remote) {
             throw ValidationError("--remote must be file:///absolute/path, https://host:port, http://127.0.0.1:port or none")
         }
-        if historyVersions != nil || historyDays != nil {
+        if !requestedHistory.isEmpty {
+            if remote == "none" { throw ValidationError("--history-versions and --history-days need a remote: history is kept by the remote") }
             if let remote, RemoteLocation.filePath(remote) == nil {
                 throw ValidationError("--history-versions and --history-days set the file remote's history; a server's is set with kvsfs account history")
             }
-            do {
-                try requestedHistory(over: .standard)?.check()
-            } catch {
-                throw ValidationError(error.description)
-            }
+            if let violation = requestedHistory.violation { throw ValidationError(violation) }
         }
     }
 
@@ -153,9 +150,9 @@ struct Mount: ParsableCommand {
         let control: ControlSocket?
         do {
             control = try ControlSocket(address: ControlAddress(dataDirectory: dataDirectory.path, storeID: store.storeID),
-                                        fileSystem: fileSystem, history: remote as? any RemoteHistory, mountpoint: path, logger: logger)
+                                        fileSystem: fileSystem, history: remote, mountpoint: path, logger: logger)
         } catch {
-            logger.warning("\(error); kvsfs export and import will not reach this mount")
+            logger.warning("\(error); kvsfs export, import, history and revert will not reach this mount")
             control = nil
         }
         control?.start()
@@ -172,13 +169,12 @@ struct Mount: ParsableCommand {
     }
 
     /// The remote `--remote` names; nil for none.
-    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?) throws -> (any Remote)? {
+    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?) throws -> ChangeLogRemote? {
         let url = remote ?? "file://" + dataDirectory.appendingPathComponent("cloud.sqlite").path
         if url == "none" { return nil }
         if let path = RemoteLocation.filePath(url) {
             // The file remote belongs to the same user: --quota-* set its limits too.
-            let log = EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits,
-                                             history: try requestedHistory(over: currentHistory(path)))
+            let log = EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits, history: requestedHistory)
             return ChangeLogRemote(log, store: store.storeID)
         }
         let id = store.storeID
@@ -204,20 +200,9 @@ struct Mount: ParsableCommand {
         throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN")
     }
 
-    /// The history policy --history-* ask for, over what the store has; nil when neither is given.
-    private func requestedHistory(over current: HistoryPolicy) -> HistoryPolicy? {
-        guard historyVersions != nil || historyDays != nil else { return nil }
-        return HistoryPolicy(versions: historyVersions ?? current.versions, retentionDays: historyDays ?? current.retentionDays)
-    }
-
-    /// The store's history policy in the file remote at `path`, when an option changes part of it.
-    private func currentHistory(_ path: String) throws -> HistoryPolicy {
-        guard historyVersions != nil || historyDays != nil else { return .standard }
-        do {
-            return try SQLiteCloudStorage(path: path).historyPolicy(of: store.storeID)
-        } catch {
-            throw CommandFailure("cannot read the history policy of \(path): \(error)")
-        }
+    /// The parts of the history policy --history-* ask for.
+    private var requestedHistory: HistoryPolicyChange {
+        HistoryPolicyChange(versions: historyVersions, retentionDays: historyDays)
     }
 
     private func requestedLimits(over current: QuotaLimits) -> QuotaLimits? {

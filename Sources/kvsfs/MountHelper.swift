@@ -62,6 +62,7 @@ struct MountOptions {
         "remote": "--remote", "data_dir": "--data-dir", "token_file": "--token-file", "tls_ca": "--tls-ca",
         "format": "--format", "quota_total": "--quota-total", "quota_value": "--quota-value",
         "quota_keys": "--quota-keys", "quota_key_length": "--quota-key-length", "defaults": "--defaults",
+        "history_versions": "--history-versions", "history_days": "--history-days",
     ]
     /// Options without a value, and the `kvsfs mount` flag each stands for.
     static let flags: [String: String] = ["allow_other": "--allow-other", "ro": "--read-only"]

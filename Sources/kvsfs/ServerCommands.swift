@@ -147,7 +147,7 @@ struct Serve: ParsableCommand {
 struct Account: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage the sync server's accounts.",
-        subcommands: [Create.self, StoreHistory.self])
+        subcommands: [Create.self, HistoryPolicySetting.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -165,7 +165,7 @@ struct Account: ParsableCommand {
 }
 
 extension Account {
-    struct StoreHistory: ParsableCommand {
+    struct HistoryPolicySetting: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "history",
             abstract: "Print, or set, what the server keeps of a store's past versions.",
@@ -189,36 +189,38 @@ extension Account {
         @OptionGroup var database: DatabaseOptions
 
         func validate() throws {
-            let parts = store.split(separator: "/", omittingEmptySubsequences: false)
-            guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else { throw ValidationError("name the store as ACCOUNT/STORE") }
-            do {
-                try HistoryPolicy(versions: versions ?? HistoryPolicy.standard.versions,
-                                  retentionDays: retentionDays ?? HistoryPolicy.standard.retentionDays).check()
-            } catch {
-                throw ValidationError(error.description)
+            _ = try addressed()
+            if let violation = HistoryPolicyChange(versions: versions, retentionDays: retentionDays).violation {
+                throw ValidationError(violation)
             }
         }
 
+        /// The account and the storage's name of the store.
+        private func addressed() throws -> (account: String, stored: String) {
+            let parts = store.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 2, let stored = AccountDirectory.storageName(account: parts[0], store: parts[1]) else {
+                throw ValidationError("name the store as ACCOUNT/STORE, each by its rule (see kvsfs account create, kvsfs mount --store)")
+            }
+            return (parts[0], stored)
+        }
+
         func run() throws {
-            let parts = store.split(separator: "/")
-            let (account, stored) = (String(parts[0]), parts.joined(separator: "."))
-            let policy = try waitFor { [database, versions, retentionDays] in
+            let (account, stored) = try addressed()
+            let change = HistoryPolicyChange(versions: versions, retentionDays: retentionDays)
+            let policy = try waitFor { [database] in
                 var logger = Logger(label: "kvsfs")
                 logger.logLevel = .critical
                 let storage = try await database.open(logger: logger)
-                defer { Task { await storage.close() } }
+                let result: Result<HistoryPolicy, CloudError>
                 do throws(CloudError) {
                     guard try await Self.hasAccount(account, storage) else { throw .refused("there is no account \(account)") }
-                    var policy = try await storage.historyPolicy(of: stored)
-                    if versions != nil || retentionDays != nil {
-                        policy.versions = versions ?? policy.versions
-                        policy.retentionDays = retentionDays ?? policy.retentionDays
-                        try await storage.setHistoryPolicy(policy, of: stored)
-                    }
-                    return policy
+                    result = .success(change.isEmpty ? try await storage.historyPolicy(of: stored)
+                                                     : try await storage.changeHistoryPolicy(change, of: stored))
                 } catch {
-                    throw CommandFailure(error.description)
+                    result = .failure(error)
                 }
+                await storage.close()
+                return try result.mapError { CommandFailure($0.description) }.get()
             }
             print("versions \(policy.versions)\nretention-days \(policy.retentionDays)")
         }

@@ -57,13 +57,12 @@ struct KeyHistoryTests {
                 timeout 20 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(daemon.mountpoint) > \(dir.path)/inotify 2>/dev/null &
                 watcher=$!
                 sleep 0.5
-                \(kvsfsBinary) revert \(k) \(string) || exit 1
+                \(kvsfsBinary) revert \(k) \(string) && \(kvsfsBinary) sync \(daemon.mountpoint) || exit 1
                 echo "value=$(\(kvsfsBinary) get \(k))"
-                \(kvsfsBinary) revert \(k) \(removal) || exit 2
+                \(kvsfsBinary) revert \(k) \(removal) && \(kvsfsBinary) sync \(daemon.mountpoint) || exit 2
                 test -e \(k) && exit 3
-                \(kvsfsBinary) revert \(k) \(integer) || exit 4
+                \(kvsfsBinary) revert \(k) \(integer) && \(kvsfsBinary) sync \(daemon.mountpoint) || exit 4
                 echo "value=$(\(kvsfsBinary) get \(k))"
-                \(kvsfsBinary) sync \(daemon.mountpoint) || exit 5
                 \(shellWait(until: "test $(grep -c 'CLOSE_WRITE,CLOSE k' \(dir.path)/inotify) -ge 2"))
                 kill $watcher; wait
                 cat \(dir.path)/inotify
@@ -88,6 +87,13 @@ struct KeyHistoryTests {
         #expect(invalid.status != 0 && invalid.standardError.contains("a history of 0 versions per key (1 to 1000 allowed)"), "\(invalid)")
         let onServer = try run(kvsfsBinary, ["mount", dir.subdirectory("bad"), "--history-days", "3", "--remote", "http://127.0.0.1:9"])
         #expect(onServer.status != 0 && onServer.standardError.contains("kvsfs account history"), "\(onServer)")
+        let noRemote = try run(kvsfsBinary, ["mount", dir.subdirectory("bad"), "--history-days", "3", "--remote", "none"])
+        #expect(noRemote.status != 0 && noRemote.standardError.contains("need a remote: history is kept by the remote"), "\(noRemote)")
+        let local = try DaemonMount(mountpoint: dir.subdirectory("local"), dataDirectory: dir.subdirectory("data-local"),
+                                    extraArguments: ["--remote", "none"])
+        #expect(try shell("echo v > \(local.path("k"))").status == 0)
+        try expectRefusal(["history", local.path("k")], "this mount has no remote, and history is kept by a remote")
+        local.stop()
 
         var daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
                                      extraArguments: remote + ["--history-versions", "3"])

@@ -135,3 +135,16 @@ public final class ManualClock: Clock, Sendable {
         }
     }
 }
+
+/// A remote's wall clock in milliseconds since 1970, moved by the test: what an
+/// `AdmissionPolicy` reads as `now`.
+public final class RemoteClock: Sendable {
+    private let now: Mutex<Int64>
+
+    public init(_ start: Int64) {
+        now = Mutex(start)
+    }
+
+    public func advance(_ milliseconds: Int64) { now.withLock { $0 += milliseconds } }
+    public var reading: Int64 { now.withLock { $0 } }
+}

@@ -225,6 +225,31 @@ struct WireTests {
         }
     }
 
+    @Test("a history request names its key as any key byte for byte and a version of 1 or more; anything else is a 400 with the rule")
+    func historyQueries() throws {
+        for key in ["k", "café au lait", "a&b=c%d+e f", "mid\u{0}dle", "/slash?", String(repeating: "k", count: WireLimits.maximumKeyBytes)] {
+            for version in [nil, 1, Int64.max] as [Int64?] {
+                let sent = WireQuery(String(WireQuery.encode(key: key, version: version).dropFirst()))
+                #expect(try sent.key() == key && sent.version() == version, "\(key.prefix(20).debugDescription) \(String(describing: version))")
+            }
+        }
+        let key = "key must be a key name of 1 to \(WireLimits.maximumKeyBytes) bytes"
+        for query in ["", "version=1", "key=", "key&version=2", "key=" + String(repeating: "k", count: WireLimits.maximumKeyBytes + 1)] {
+            #expect(queryRefusal { try WireQuery(query).key() } == key, "\(query.prefix(60))")
+        }
+        for query in ["key=k&version=0", "key=k&version=-1", "key=k&version=x", "key=k&version=99999999999999999999", "key=k&version="] {
+            #expect(queryRefusal { try WireQuery(query).version() } != nil, "\(query)")
+        }
+        #expect(queryRefusal { try WireQuery("key=k&version=0").version() } == "version must be a version number, 1 or more")
+        #expect(try WireQuery("key=k&version=3&version=4").version() == 3, "the first of a repeated name")
+    }
+
+    @Test("a version answer without a version says null, as the protocol has it")
+    func versionNull() throws {
+        #expect(String(decoding: try JSONEncoder().encode(VersionResponse(version: nil)), as: UTF8.self) == #"{"version":null}"#)
+        #expect(try JSONDecoder().decode(VersionResponse.self, from: Data(#"{"version":null}"#.utf8)).version == nil)
+    }
+
     // MARK: - Bearer tokens
 
     @Test("the Bearer scheme in any case, then one or more spaces, then a token68", arguments: [

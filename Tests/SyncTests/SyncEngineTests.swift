@@ -242,7 +242,9 @@ final class RestorableStorage: CloudStorage {
         try storage.version(version, of: key, in: store)
     }
     func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy { try storage.historyPolicy(of: store) }
-    func setHistoryPolicy(_ policy: HistoryPolicy, of store: String) throws(CloudError) { try storage.setHistoryPolicy(policy, of: store) }
+    func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy {
+        try storage.changeHistoryPolicy(change, of: store)
+    }
 }
 
 /// A remote whose fetches answer from a batch received ahead (as an event stream's) until told
