@@ -77,14 +77,14 @@ extension SQLiteCloudStorage {
             state = CloudStoreState(limits: try Self.limits(row),
                                     usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
                                     cursor: try row.decode(forColumn: "cursor"))
-            storedHistory = try Self.storedHistory(row)
+            storedHistory = Self.storedHistory(row)
             sweptAt = try row.decode(forColumn: "historySweptAt")
         }
 
         /// The store's history policy as stored; one outside the policy's ranges (which the
         /// schema's checks keep out) cannot be read.
         static func historyPolicy(_ row: Row) throws -> HistoryPolicy {
-            let policy = try storedHistory(row)
+            let policy = storedHistory(row)
             if let violation = HistoryPolicyChange(versions: policy.versions, retentionDays: policy.retentionDays).violation {
                 throw UnreadableRow("the store's history policy is outside the rule: \(violation)")
             }
@@ -93,8 +93,12 @@ extension SQLiteCloudStorage {
 
         /// The policy as stored, unchecked: what a change of part of it starts from, so that a
         /// policy broken by another program can be mended.
-        static func storedHistory(_ row: Row) throws -> HistoryPolicy {
-            HistoryPolicy(versions: try row.decode(forColumn: "historyVersions"), retentionDays: try row.decode(forColumn: "historyDays"))
+        static func storedHistory(_ row: Row) -> HistoryPolicy {
+            // A value that is no whole number (written by another program) reads as one outside
+            // the ranges.
+            let versions: DatabaseValue = row["historyVersions"]
+            let days: DatabaseValue = row["historyDays"]
+            return HistoryPolicy(versions: Int.fromDatabaseValue(versions) ?? 0, retentionDays: Int.fromDatabaseValue(days) ?? -1)
         }
 
         static func historyPolicy(db: Database, store: String) throws -> HistoryPolicy? {
@@ -177,11 +181,14 @@ extension SQLiteCloudStorage {
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
             if HistoryPolicy.sweepDue(lastSweep: sweptAt, now: now) {
-                // The keys whose latest change is a removal accepted before the retention time.
+                // The versions before the removal of each key whose latest change is a removal
+                // accepted before the retention time. The removal's own row stays: it says when
+                // it was accepted, which its stamp does not.
                 try db.cachedStatement(sql: """
-                    DELETE FROM cloudVersion WHERE store = ?1 AND key IN (
-                        SELECT c.key FROM cloudChange c JOIN cloudVersion v ON v.store = c.store AND v.key = c.key AND v.cursor = c.cursor
-                        WHERE c.store = ?1 AND c.value IS NULL AND v.acceptedAt < ?2)
+                    DELETE FROM cloudVersion WHERE store = ?1 AND EXISTS (
+                        SELECT 1 FROM cloudChange c JOIN cloudVersion r ON r.store = c.store AND r.key = c.key AND r.cursor = c.cursor
+                        WHERE c.store = ?1 AND c.key = cloudVersion.key AND c.value IS NULL AND r.acceptedAt < ?2
+                            AND cloudVersion.cursor < c.cursor)
                     """).execute(arguments: [store, history.oldestKeptRemoval(now: now)])
                 try db.cachedStatement(sql: "UPDATE cloudStore SET historySweptAt = ? WHERE id = ?").execute(arguments: [now, store])
             }

@@ -116,7 +116,7 @@ extension PostgresServerStorage {
                     SELECT k.store, k.key, k.cursor FROM unnest(\(swept.map(\.store))::text[], \(swept.map(\.oldest))::bigint[]) AS e(store, oldest)
                     JOIN kvsfs_change c ON c.store = e.store AND c.value IS NULL
                     JOIN kvsfs_version r ON r.store = c.store AND r.key = c.key AND r.cursor = c.cursor AND r.accepted_at < e.oldest
-                    JOIN kvsfs_version k ON k.store = c.store AND k.key = c.key
+                    JOIN kvsfs_version k ON k.store = c.store AND k.key = c.key AND k.cursor < c.cursor
                     UNION
                     SELECT k.store, k.key, k.cursor
                     FROM unnest(\(forgotten.map(\.key.store))::text[], \(forgotten.map(\.key.key))::text[],

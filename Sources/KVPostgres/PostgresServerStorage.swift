@@ -174,15 +174,30 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
                 ON CONFLICT (id) DO UPDATE SET
                     history_versions = coalesce(\(change.versions)::integer, kvsfs_store.history_versions),
                     history_days = coalesce(\(change.retentionDays)::integer, kvsfs_store.history_days)
+                -- Only to a policy in its ranges: a broken part the change does not name stays as it is.
+                WHERE coalesce(\(change.versions)::integer, kvsfs_store.history_versions)
+                          BETWEEN \(HistoryPolicy.versionRange.lowerBound) AND \(HistoryPolicy.versionRange.upperBound)
+                      AND coalesce(\(change.retentionDays)::integer, kvsfs_store.history_days)
+                          BETWEEN \(HistoryPolicy.retentionDayRange.lowerBound) AND \(HistoryPolicy.retentionDayRange.upperBound)
                 RETURNING history_versions, history_days
                 """, logger: logger)
             for try await (versions, days) in rows.decode((Int, Int).self) {
                 return try Self.checked(HistoryPolicy(versions: versions, retentionDays: days))
             }
-            throw CloudError.unavailable("store \(store) has no row after its history policy was set")
+            let stored = try await historyPolicyAsStored(of: store)
+            throw CloudError.refused("nothing was set: the store's history policy would still be outside the rule ("
+                                     + "\(HistoryPolicyChange(versions: stored.versions, retentionDays: stored.retentionDays).violation ?? "unreadable")"
+                                     + "); name that part too")
         }
         knownStores.withLock { _ = $0.insert(store) }
         return policy
+    }
+
+    /// The policy as stored, unchecked (what a refused change names as still broken).
+    private func historyPolicyAsStored(of store: String) async throws -> HistoryPolicy {
+        let rows = try await client.query("SELECT history_versions, history_days FROM kvsfs_store WHERE id = \(store)", logger: logger)
+        for try await (versions, days) in rows.decode((Int, Int).self) { return HistoryPolicy(versions: versions, retentionDays: days) }
+        return .standard
     }
 
     /// A stored policy, which the schema's checks keep in its ranges.

@@ -72,4 +72,26 @@ struct KeyHistoryRetentionTests {
             #expect(history.count == 1 && history.first?.isRemoval == false, "\(history)")
         }
     }
+
+    @Test("PostgreSQL: a policy broken by another program is mended only by naming its broken parts; a partial change sets nothing")
+    func brokenPolicyOnPostgres() async throws {
+        let directory = TemporaryDirectory("kvsfs-policy")
+        defer { directory.remove() }
+        let database = try TestDatabase(.postgres, in: directory)
+        defer { database.remove() }
+        let storage = try await PostgresServerStorage.open(try PostgresLocation(url: database.url), logger: Logger.silent)
+        defer { Task { await storage.close() } }
+        _ = try await storage.changeHistoryPolicy(HistoryPolicyChange(), of: "alice.default")
+        let broken = try run("/usr/bin/psql", [database.url, "-v", "ON_ERROR_STOP=1", "-q", "-c", """
+            ALTER TABLE kvsfs_store DROP CONSTRAINT kvsfs_store_history_versions_check, DROP CONSTRAINT kvsfs_store_history_days_check;
+            UPDATE kvsfs_store SET history_versions = 0, history_days = -5
+            """])
+        #expect(broken.status == 0, "\(broken)")
+        await #expect(throws: CloudError.refused("nothing was set: the store's history policy would still be outside the rule (a history of 0 versions per key (1 to 1000 allowed)); name that part too")) {
+            _ = try await storage.changeHistoryPolicy(HistoryPolicyChange(retentionDays: 7), of: "alice.default")
+        }
+        let mended = try await storage.changeHistoryPolicy(HistoryPolicyChange(versions: 3, retentionDays: 7), of: "alice.default")
+        #expect(mended == HistoryPolicy(versions: 3, retentionDays: 7))
+        #expect(try await storage.historyPolicy(of: "alice.default") == mended)
+    }
 }

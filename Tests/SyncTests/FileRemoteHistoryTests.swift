@@ -15,12 +15,13 @@ struct FileRemoteHistoryTests {
     private static let start: Int64 = 1_795_000_000_000
 
     /// A file remote whose clock is the test's, in a fresh directory.
-    private func withRemote(_ body: (SQLiteCloudStorage, String, RemoteClock) throws -> Void) throws {
+    private func withRemote(skew: Int64 = StampRule.maximumSkew, _ body: (SQLiteCloudStorage, String, RemoteClock) throws -> Void) throws {
         let directory = TemporaryDirectory("kvsfs-history")
         defer { directory.remove() }
         let clock = RemoteClock(Self.start)
         let path = directory.path + "/cloud.sqlite"
-        try body(try SQLiteCloudStorage(path: path, admission: AdmissionPolicy(now: { clock.reading })), path, clock)
+        let admission = AdmissionPolicy(stamps: StampRule(skew: skew), now: { clock.reading })
+        try body(try SQLiteCloudStorage(path: path, admission: admission), path, clock)
     }
 
     private func change(_ key: String, _ text: String, time: Int64) -> StampedChange {
@@ -67,7 +68,8 @@ struct FileRemoteHistoryTests {
             #expect(try remote.history(of: "late", in: "default").isEmpty, "31 days after acceptance")
             #expect(try storedVersions(path, "late") == 2, "hidden until a push sweeps")
             _ = try remote.push([change("other", "y", time: clock.reading)], to: "default")
-            #expect(try storedVersions(path, "late") == 0, "the next push an hour or more after the last sweep drops them")
+            #expect(try storedVersions(path, "late") == 1, "the next push an hour or more after the last sweep drops all but the removal")
+            #expect(try remote.history(of: "late", in: "default").isEmpty)
             #expect(try storedVersions(path, "other") == 2)
         }
     }
@@ -130,6 +132,38 @@ struct FileRemoteHistoryTests {
             #expect(try remote.changeHistoryPolicy(HistoryPolicyChange(versions: 8), of: "default") == HistoryPolicy(versions: 8))
             #expect(try remote.push([change("k", "two", time: clock.reading + 1)], to: "default").accepted.count == 1)
             #expect(try remote.history(of: "k", in: "default").count == 2)
+        }
+    }
+
+    @Test("a removal stamped ahead of the remote's clock stays unshown once its history is swept")
+    func sweptRemovalStaysHidden() throws {
+        // A remote that takes stamps any time ahead, as one configured with a large skew.
+        try withRemote(skew: .max) { remote, path, clock in
+            _ = try remote.changeHistoryPolicy(HistoryPolicyChange(retentionDays: 0), of: "default")
+            _ = try remote.push([change("k", "v", time: clock.reading)], to: "default")
+            // The removing device's clock runs ten days ahead.
+            _ = try remote.push([.tombstone("k", stamp: ChangeStamp(time: clock.reading + 10 * Self.day, counter: 0, device: "b"))], to: "default")
+            clock.advance(1)
+            #expect(try remote.history(of: "k", in: "default").isEmpty)
+            clock.advance(2 * HistoryPolicy.sweepInterval)
+            _ = try remote.push([change("other", "x", time: clock.reading)], to: "default")
+            #expect(try storedVersions(path, "k") == 1)
+            #expect(try remote.history(of: "k", in: "default").isEmpty, "by when the remote accepted it, not by its stamp")
+        }
+    }
+
+    @Test("a policy column holding no whole number is mended by naming it")
+    func policyNotANumber() throws {
+        try withRemote { remote, path, clock in
+            try DatabaseQueue(path: path).write { db in
+                try db.execute(sql: "PRAGMA ignore_check_constraints = 1")
+                try db.execute(sql: "INSERT INTO cloudStore (id, cursor, bytes, keys, totalBytes, valueBytes, maxKeys, keyNameBytes, historyVersions) VALUES ('default', 0, 0, 0, 1048576, 1048576, 1024, 64, 'abc')")
+            }
+            #expect(throws: CloudError.unavailable("the store's history policy is outside the rule: a history of 0 versions per key (1 to 1000 allowed)")) {
+                _ = try remote.push([change("k", "v", time: clock.reading)], to: "default")
+            }
+            #expect(try remote.changeHistoryPolicy(HistoryPolicyChange(versions: 5), of: "default") == HistoryPolicy(versions: 5))
+            #expect(try remote.push([change("k", "v", time: clock.reading)], to: "default").accepted.count == 1)
         }
     }
 
