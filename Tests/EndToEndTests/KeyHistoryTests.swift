@@ -89,27 +89,32 @@ struct KeyHistoryTests {
         #expect(onServer.status != 0 && onServer.standardError.contains("kvsfs account history"), "\(onServer)")
         let noRemote = try run(kvsfsBinary, ["mount", dir.subdirectory("bad"), "--history-days", "3", "--remote", "none"])
         #expect(noRemote.status != 0 && noRemote.standardError.contains("need a remote: history is kept by the remote"), "\(noRemote)")
-        let local = try DaemonMount(mountpoint: dir.subdirectory("local"), dataDirectory: dir.subdirectory("data-local"),
-                                    extraArguments: ["--remote", "none"])
-        #expect(try shell("echo v > \(local.path("k"))").status == 0)
-        try expectRefusal(["history", local.path("k")], "this mount has no remote, and history is kept by a remote")
-        local.stop()
+        do {
+            let local = try DaemonMount(mountpoint: dir.subdirectory("local"), dataDirectory: dir.subdirectory("data-local"),
+                                        extraArguments: ["--remote", "none"])
+            defer { local.stop() }
+            #expect(try shell("echo v > \(local.path("k"))").status == 0)
+            try expectRefusal(["history", local.path("k")], "this mount has no remote, and history is kept by a remote")
+        }
 
-        var daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
-                                     extraArguments: remote + ["--history-versions", "3"])
-        let big = String(repeating: "x", count: 300)
-        let written = try shell("""
-            for value in \(big) a b c \(big)y d; do \(kvsfsBinary) set \(daemon.path("k")) -string $value && \(kvsfsBinary) sync \(daemon.mountpoint) || exit 1; done
-            """)
-        #expect(written.status == 0, "\(written)")
-        let versions = try history(daemon.path("k"))
-        #expect(versions.count == 3, "the last 3 of 6: \(versions)")
-        let bigVersion = try #require(versions.first { Int($0[4]) ?? 0 > 300 }?[0], "\(versions)")
-        daemon.stop()
+        let bigVersion: String
+        do {
+            let first = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
+                                        extraArguments: remote + ["--history-versions", "3"])
+            defer { first.stop() }
+            let big = String(repeating: "x", count: 300)
+            let written = try shell("""
+                for value in \(big) a b c \(big)y d; do \(kvsfsBinary) set \(first.path("k")) -string $value && \(kvsfsBinary) sync \(first.mountpoint) || exit 1; done
+                """)
+            #expect(written.status == 0, "\(written)")
+            let versions = try history(first.path("k"))
+            #expect(versions.count == 3, "the last 3 of 6: \(versions)")
+            bigVersion = try #require(versions.first { Int($0[4]) ?? 0 > 300 }?[0], "\(versions)")
+        }
 
         // The store's value quota now refuses what the old version holds.
-        daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
-                                 extraArguments: remote + ["--quota-value", "200"])
+        let daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: dir.subdirectory("data"),
+                                     extraArguments: remote + ["--quota-value", "200"])
         defer { daemon.stop() }
         try expectRefusal(["revert", daemon.path("k"), bigVersion], "the value is over the per-value quota")
         #expect(try run(kvsfsBinary, ["get", daemon.path("k")]).standardOutput == "d\n", "the refused revert changed nothing")

@@ -80,7 +80,16 @@ struct KeyHistoryRetentionTests {
         let database = try TestDatabase(.postgres, in: directory)
         defer { database.remove() }
         let storage = try await PostgresServerStorage.open(try PostgresLocation(url: database.url), logger: Logger.silent)
-        defer { Task { await storage.close() } }
+        do {
+            try await mendBrokenPolicy(storage, database)
+        } catch {
+            await storage.close()
+            throw error
+        }
+        await storage.close()
+    }
+
+    private func mendBrokenPolicy(_ storage: PostgresServerStorage, _ database: TestDatabase) async throws {
         _ = try await storage.changeHistoryPolicy(HistoryPolicyChange(), of: "alice.default")
         let broken = try run("/usr/bin/psql", [database.url, "-v", "ON_ERROR_STOP=1", "-q", "-c", """
             ALTER TABLE kvsfs_store DROP CONSTRAINT kvsfs_store_history_versions_check, DROP CONSTRAINT kvsfs_store_history_days_check;
