@@ -81,7 +81,7 @@ package enum ChangeAdmission {
     package static func admit(_ changes: [StampedChange], policy: AdmissionPolicy) -> Admission {
         let now = policy.now()
         var admission = Admission(stamps: policy.stamps, now: now)
-        let carried = changes.reduce(0) { $0 &+ ($1.value?.count ?? 0) }
+        let carried = changes.reduce(0) { $0 &+ ($1.value?.count ?? 0) &+ ($1.lost?.value?.count ?? 0) }
         var budget = batchAllowance &+ min(carried, Int.max / 4) &* 2
         for change in changes {
             do {
@@ -93,14 +93,30 @@ package enum ChangeAdmission {
         return admission
     }
 
+    /// The change, what it replaced and what lost to it, each by the same rule.
     private static func admit(_ change: StampedChange, rule: StampRule, budget: inout Int) throws(StoreError) -> StampedChange {
         try rule.checkFields(change.stamp)
         guard !change.key.isEmpty else { throw .emptyKey }
+        if case .change(let replaced) = change.replaces { try rule.checkFields(replaced) }
         var admitted = change
         admitted.key = KeyName.canonical(change.key)
-        guard let value = change.value else {
-            if change.type != nil { throw .invalidPropertyList("a tombstone has no type") }
-            return admitted
+        admitted.value = try admit(change.value, of: change.type, budget: &budget)
+        if let lost = change.lost {
+            do {
+                try rule.checkFields(lost.stamp)
+                admitted.lost?.value = try admit(lost.value, of: lost.type, budget: &budget)
+            } catch {
+                throw .invalidPropertyList("the change that lost to it: \(error)")
+            }
+        }
+        return admitted
+    }
+
+    /// A value (nil for a removal) as the replica keeps it, the canonical XML of what was sent.
+    private static func admit(_ value: Data?, of type: ValueType?, budget: inout Int) throws(StoreError) -> Data? {
+        guard let value else {
+            if type != nil { throw .invalidPropertyList("a tombstone has no type") }
+            return nil
         }
         guard value.count <= largestValue else { throw .valueTooLarge(size: value.count, limit: largestValue) }
         let limit = min(largestValue, budget)
@@ -119,12 +135,11 @@ package enum ChangeAdmission {
             }
             throw error
         }
-        guard decoded.type == change.type else {
-            throw .invalidPropertyList("the value is a \(decoded.type.rawValue), not of type \(change.type?.rawValue ?? "none")")
+        guard decoded.type == type else {
+            throw .invalidPropertyList("the value is a \(decoded.type.rawValue), not of type \(type?.rawValue ?? "none")")
         }
         let canonical = Data(try PropertyListCodec.encodeXML(decoded))
         budget -= canonical.count
-        if canonical != value { admitted.value = canonical }  // Data's == compares memory at once
-        return admitted
+        return canonical == value ? value : canonical  // Data's == compares memory at once
     }
 }

@@ -19,11 +19,21 @@ package struct CloudStoreState: Sendable {
 /// accepted at) and the store's totals afterwards.
 package struct PushDecision: Sendable {
     package var outcome: PushOutcome
-    package var writes: [(change: StampedChange, cursor: Int64)] = []
+    package var writes: [Write] = []
     package var state: CloudStoreState
+
+    /// A key's row as the push leaves it, at a new cursor.
+    package struct Write: Sendable {
+        /// The key's change, with its open conflict (`lost`).
+        package var change: StampedChange
+        package var cursor: Int64
+        /// Whether the change is a new version of the key; false when the row is the key's
+        /// change given again with a conflict that a losing change opened.
+        package var isVersion: Bool
+    }
 }
 
-/// The merge rule and the quotas, as the remote applies them: a pure decision over the rows a
+/// The merge rule, the conflict rule and the quotas, as the remote applies them: a pure decision over the rows a
 /// push touches, so that every storage (SQLite, memory, a network database) reads those rows,
 /// decides here, and writes the result in one transaction.
 package enum CloudLedger {
@@ -37,6 +47,8 @@ package enum CloudLedger {
                                storesNUL: Bool = true, unreadable: [String: String] = [:]) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
         var latest = current
+        // Whether a row this push writes is not a change as the pusher sent it.
+        var notAsPushed = false
         let ledger = QuotaLedger(limits: state.limits)
         for entry in admission.entries {
             let change: StampedChange
@@ -71,7 +83,27 @@ package enum CloudLedger {
                 continue
             }
             if let current, current.stamp >= change.stamp {
-                decision.outcome.accepted.append(change)  // a repeat, or superseded: the client fetches the winner
+                // A repeat, or superseded. The winner is given again (a new cursor, no new
+                // version), so that the pusher fetches it even if it held its own change over it
+                // (`ExternalApplyMode.mergeHoldingPending`); a change that lost to it
+                // concurrently is kept with it, as the key's conflict.
+                if current.stamp > change.stamp, ConflictRule.mayBeHeld(change) {
+                    var given = current
+                    if ConflictRule.isConcurrent(change, with: current), ConflictRule.keeps(change.kept, over: current.lost) {
+                        do {
+                            if !change.isTombstone { try ledger.checkValueSize(change.size) }
+                        } catch {
+                            decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
+                            continue
+                        }
+                        given.lost = change.kept
+                    }
+                    decision.state.cursor += 1
+                    decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
+                    latest[change.key] = given
+                    notAsPushed = true
+                }
+                decision.outcome.accepted.append(change)
                 continue
             }
             // A deletion of a key the store does not hold is stored too: the store may have
@@ -90,12 +122,19 @@ package enum CloudLedger {
                 decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                 continue
             }
+            // What it replaced served its decision; what lost to it is the rule's, not the pusher's.
+            var stored = change
+            stored.replaces = nil
+            stored.lost = current.flatMap { ConflictRule.isConcurrent(change, with: $0) ? $0.kept : nil }
+            if stored.lost != nil || current?.lost != nil { notAsPushed = true }
             decision.state.cursor += 1
             decision.state.usage = after
-            decision.writes.append((change, decision.state.cursor))
-            latest[change.key] = change
+            decision.writes.append(.init(change: stored, cursor: decision.state.cursor, isVersion: true))
+            latest[change.key] = stored
             decision.outcome.accepted.append(change)
         }
+        // Such rows (a winner given again, a conflict opened or settled) the pusher must fetch.
+        if notAsPushed { decision.outcome.cursorBefore = nil }
         decision.outcome.cursorAfter = decision.state.cursor
         decision.outcome.mark = decision.writes.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) }
         return decision

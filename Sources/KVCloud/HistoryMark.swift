@@ -10,10 +10,11 @@ import KVStore
 /// what the other history put before its cursor.
 ///
 /// In one history a key's row only ever moves forward: it holds the marked change at the
-/// marked cursor, or a later change (a greater stamp) at a later cursor. Anything else (no
-/// row, an older stamp, the same change at another cursor because it was pushed again) is
-/// another history. The one such history that passes is a store rewound and since written,
-/// under that very key, with a greater stamp; the reader's next mark finds it out.
+/// marked cursor or later (given again with a conflict, `ConflictRule`), or a later change (a
+/// greater stamp) at a later cursor. Anything else (no row, an older stamp, the same change at
+/// an earlier cursor because it was pushed again) is another history. The histories that pass
+/// are a store rewound and since written past the mark's cursor, under that very key, with a
+/// greater stamp or the marked change pushed again; the reader's next mark finds them out.
 public struct HistoryMark: Sendable, Equatable, Codable, CustomStringConvertible {
     public var key: String
     public var cursor: Int64
@@ -31,7 +32,8 @@ public struct HistoryMark: Sendable, Equatable, Codable, CustomStringConvertible
         if cursor > newest { throw .cursorAhead(asked: cursor, store: newest) }
         let fits = switch held {
         case nil: false
-        case let held? where held.stamp == stamp: held.cursor == cursor
+        // The same change further on: given again with a conflict (`ConflictRule`).
+        case let held? where held.stamp == stamp: held.cursor >= cursor
         case let held?: held.stamp > stamp && held.cursor > cursor
         }
         if !fits { throw .historyDiffers(seen: description, held: held?.description ?? "no change of \(key.debugDescription)") }

@@ -63,11 +63,13 @@ public final class MemoryCloudStorage: CloudStorage {
             for key in admitted.keys { current[key] = rows.latest[key]?.change }
             let decision = CloudLedger.decide(admitted, current: current,
                                               state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor))
-            for (change, cursor) in decision.writes {
-                rows.latest[change.key] = (change, cursor)
+            for write in decision.writes {
+                let change = write.change
+                rows.latest[change.key] = (change, write.cursor)
+                guard write.isVersion else { continue }
                 // A key removed longer ago than the retention time has no history.
                 var versions = Array(rows.kept(change.key, now: admitted.now).reversed())
-                versions.append(KeyVersion(change, at: cursor, acceptedAt: admitted.now, withValue: true))
+                versions.append(KeyVersion(change, at: write.cursor, acceptedAt: admitted.now, withValue: true))
                 rows.versions[change.key] = Array(versions.suffix(rows.history.versions))
             }
             rows.usage = decision.state.usage
@@ -86,7 +88,8 @@ public final class MemoryCloudStorage: CloudStorage {
             let newer = (stores[store]?.latest.values ?? [:].values).filter { $0.cursor > cursor }.sorted { $0.cursor < $1.cursor }
             let batch = newer.prefix(limit)
             return ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit,
-                               mark: batch.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) })
+                               mark: batch.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) },
+                               keepsConflicts: true)
         }
     }
 

@@ -14,7 +14,24 @@ extension SQLiteCloudStorage {
         let type = try valueType(row)
         let value: Data? = try row.decode(forColumn: "value")
         guard (value == nil) == (type == nil) else { throw UnreadableRow("it has a type without a value, or a value without a type") }
-        return StampedChange(key: key, value: value, type: type, stamp: try stamp(row))
+        return StampedChange(key: key, value: value, type: type, stamp: try stamp(row), lost: try lost(row))
+    }
+
+    /// A stored change's open conflict (columns `lost…`), nil when it has none; read with the
+    /// same checks as the change.
+    static func lost(_ row: Row) throws -> KeptChange? {
+        let deviceBytes: Data? = try row.decode(forColumn: "lostDevice")
+        guard let deviceBytes else { return nil }
+        guard let device = String(validating: deviceBytes, as: UTF8.self) else { throw UnreadableRow("its conflict's device id is not UTF-8") }
+        let typeName: String? = try row.decode(forColumn: "lostType")
+        let type = try typeName.map { name in
+            guard let type = ValueType(rawValue: name) else { throw UnreadableRow("its conflict's type \(name.debugDescription) is unknown") }
+            return type
+        }
+        let value: Data? = try row.decode(forColumn: "lostValue")
+        guard (value == nil) == (type == nil) else { throw UnreadableRow("its conflict has a type without a value, or a value without a type") }
+        return KeptChange(value: value, type: type, stamp: ChangeStamp(
+            time: try row.decode(forColumn: "lostTime"), counter: try row.decode(forColumn: "lostCounter"), device: device))
     }
 
     /// A stored change's type, nil for a removal; an unknown name cannot be read.
@@ -127,7 +144,8 @@ extension SQLiteCloudStorage {
                 var width = 1
                 while width < batch.count { width *= 2 }
                 let statement = try db.cachedStatement(sql: """
-                    SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device FROM cloudChange
+                    SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device,
+                           lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice FROM cloudChange
                     WHERE store = ? AND key IN (\(Array(repeating: "CAST(? AS TEXT)", count: width).joined(separator: ", ")))
                     """)
                 // The keys as bytes: GRDB binds text only up to a NUL, which a key may hold.
@@ -161,11 +179,15 @@ extension SQLiteCloudStorage {
             guard !decision.writes.isEmpty else { return }
             let history = try self.history
             let upsert = try db.cachedStatement(sql: """
-                INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor,
+                    lostValue, lostType, lostTime, lostCounter, lostDevice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
-                    counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                    counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
+                    lostValue = excluded.lostValue, lostType = excluded.lostType, lostTime = excluded.lostTime,
+                    lostCounter = excluded.lostCounter, lostDevice = excluded.lostDevice
                 """)
-            for (change, cursor) in decision.writes {
+            for write in decision.writes {
+                let change = write.change
                 let row = DirectBinding(upsert)
                 try row.bind(1, store)
                 try row.bind(2, change.key)
@@ -174,10 +196,17 @@ extension SQLiteCloudStorage {
                 try row.bind(5, change.stamp.time)
                 try row.bind(6, Int64(change.stamp.counter))
                 try row.bind(7, change.stamp.device)
-                try row.bind(8, cursor)
+                try row.bind(8, write.cursor)
+                if let lost = change.lost {
+                    try row.bind(9, lost.value)
+                    try row.bind(10, lost.type?.rawValue)
+                    try row.bind(11, lost.stamp.time)
+                    try row.bind(12, Int64(lost.stamp.counter))
+                    try row.bind(13, lost.stamp.device)
+                }
                 try row.run(in: db)
             }
-            try recordVersions(decision.writes, after: current, now: now, history: history)
+            try recordVersions(decision.writes.filter(\.isVersion), after: current, now: now, history: history)
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
             if HistoryPolicy.sweepDue(lastSweep: sweptAt, now: now) {
@@ -186,9 +215,10 @@ extension SQLiteCloudStorage {
                 // it was accepted, which its stamp does not.
                 try db.cachedStatement(sql: """
                     DELETE FROM cloudVersion WHERE store = ?1 AND EXISTS (
-                        SELECT 1 FROM cloudChange c JOIN cloudVersion r ON r.store = c.store AND r.key = c.key AND r.cursor = c.cursor
+                        SELECT 1 FROM cloudChange c JOIN cloudVersion r ON r.store = c.store AND r.key = c.key
+                            AND r.time = c.time AND r.counter = c.counter AND r.device = c.device
                         WHERE c.store = ?1 AND c.key = cloudVersion.key AND c.value IS NULL AND r.acceptedAt < ?2
-                            AND cloudVersion.cursor < c.cursor)
+                            AND cloudVersion.cursor < r.cursor)
                     """).execute(arguments: [store, history.oldestKeptRemoval(now: now)])
                 try db.cachedStatement(sql: "UPDATE cloudStore SET historySweptAt = ? WHERE id = ?").execute(arguments: [now, store])
             }
@@ -205,7 +235,7 @@ extension SQLiteCloudStorage {
             }
         }
 
-        private func recordVersions(_ writes: [(change: StampedChange, cursor: Int64)], after current: [String: StampedChange],
+        private func recordVersions(_ writes: [PushDecision.Write], after current: [String: StampedChange],
                                     now: Int64, history: HistoryPolicy) throws {
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO cloudVersion (store, key, cursor, value, type, time, counter, device, acceptedAt)
@@ -219,7 +249,8 @@ extension SQLiteCloudStorage {
                 """)
             let oldestKept = history.oldestKeptRemoval(now: now)
             var written = Set<String>()
-            for (change, cursor) in writes {
+            for write in writes {
+                let (change, cursor) = (write.change, write.cursor)
                 // A key removed and accepted so longer ago than the retention time has no history,
                 // swept or not: what it had goes before this write. (A removal this push wrote
                 // was accepted now.)

@@ -95,6 +95,16 @@ public final class SQLiteCloudStorage: CloudStorage {
                 SELECT store, key, cursor, value, type, time, counter, device, time FROM cloudChange
                 """)
         }
+        migrator.registerMigration("v3 kept conflicts") { db in
+            // Each key's open conflict: the change that lost to its latest one (ConflictRule).
+            try db.alter(table: "cloudChange") { t in
+                t.add(column: "lostValue", .blob)
+                t.add(column: "lostType", .text)
+                t.add(column: "lostTime", .integer)
+                t.add(column: "lostCounter", .integer)
+                t.add(column: "lostDevice", .text)
+            }
+        }
         return migrator
     }
 
@@ -172,7 +182,8 @@ public final class SQLiteCloudStorage: CloudStorage {
             let read = { (db: Database) throws -> ChangeBatch in
                 try Self.check(mark, in: store, db)
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                    SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor FROM cloudChange
+                    SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor,
+                           lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice FROM cloudChange
                     WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
                     """), arguments: [store, cursor, limit + 1])
                 if rows.isEmpty {
@@ -180,7 +191,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                     let newest = try Self.cursor(of: store, db)
                     if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
                 }
-                var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit)
+                var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit, keepsConflicts: true)
                 for row in rows.prefix(limit) {
                     batch.cursor = try row.decode(forColumn: "cursor")
                     do {
@@ -255,8 +266,9 @@ public final class SQLiteCloudStorage: CloudStorage {
 
     /// The newest `limit` versions of `key`, newest first; a row that cannot be read fails the
     /// whole answer with its reason. The key's latest change counts as its newest version when
-    /// no version row holds it: an older kvsfs sharing the file records none (its acceptance
-    /// time unknown, its stamp's stands for it).
+    /// no version row holds it (by stamp: a row given again with a conflict moved to a new
+    /// cursor): an older kvsfs sharing the file records none (its acceptance time unknown, its
+    /// stamp's stands for it).
     private static func versions(of key: String, in store: String, limit: Int, valueOf valued: Int64?,
                                  _ db: Database) throws -> [KeyVersion] {
         let rows = try Row.fetchAll(db.cachedStatement(sql: """
@@ -266,8 +278,9 @@ public final class SQLiteCloudStorage: CloudStorage {
                 FROM cloudVersion WHERE store = ?1 AND key = CAST(?2 AS TEXT)
                 UNION ALL
                 SELECT cursor, CASE WHEN cursor = ?3 THEN value END, length(value), type, time, counter, CAST(device AS BLOB), time
-                FROM cloudChange WHERE store = ?1 AND key = CAST(?2 AS TEXT)
-                    AND cursor > coalesce((SELECT max(cursor) FROM cloudVersion WHERE store = ?1 AND key = CAST(?2 AS TEXT)), 0))
+                FROM cloudChange c WHERE store = ?1 AND key = CAST(?2 AS TEXT) AND NOT EXISTS (
+                    SELECT 1 FROM cloudVersion v WHERE v.store = ?1 AND v.key = CAST(?2 AS TEXT)
+                        AND v.time = c.time AND v.counter = c.counter AND v.device = c.device))
             ORDER BY cursor DESC LIMIT ?4
             """), arguments: [store, Data(key.utf8), valued ?? 0, limit])
         return try rows.map { row in

@@ -27,8 +27,8 @@ extension PostgresServerStorage {
         if let mark { try mark.check(newest: try await self.cursor(of: store), held: try await self.mark(in: store, key: mark.key)) }
         return try await run {
             let rows = try await client.query("""
-                SELECT key, value, type, time, counter, device, cursor FROM kvsfs_change
-                WHERE store = \(store) AND cursor > \(cursor) ORDER BY cursor LIMIT \(limit + 1)
+                SELECT key, value, type, time, counter, device, cursor, lost_value, lost_type, lost_time, lost_counter, lost_device
+                FROM kvsfs_change WHERE store = \(store) AND cursor > \(cursor) ORDER BY cursor LIMIT \(limit + 1)
                 """, logger: logger)
             var changes = [StampedChange]()
             var last = cursor
@@ -47,7 +47,7 @@ extension PostgresServerStorage {
                 let newest = try await self.cursor(of: store)
                 if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
             }
-            return ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark)
+            return ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark, keepsConflicts: true)
         }
     }
 
@@ -104,9 +104,10 @@ extension PostgresServerStorage {
                         SELECT cursor, value, type, time, counter, device, accepted_at FROM kvsfs_version
                         WHERE store = s.id AND key = \(key)
                         UNION ALL
-                        SELECT cursor, value, type, time, counter, device, time FROM kvsfs_change
-                        WHERE store = s.id AND key = \(key) AND cursor >
-                            coalesce((SELECT max(cursor) FROM kvsfs_version WHERE store = s.id AND key = \(key)), 0)) kept
+                        SELECT cursor, value, type, time, counter, device, time FROM kvsfs_change c
+                        WHERE store = s.id AND key = \(key) AND NOT EXISTS (
+                            SELECT 1 FROM kvsfs_version v WHERE v.store = s.id AND v.key = \(key)
+                                AND v.time = c.time AND v.counter = c.counter AND v.device = c.device)) kept
                     ORDER BY cursor DESC LIMIT greatest(s.history_versions, 0)) v ON true
                 WHERE s.id = \(store)
                 """, logger: logger)
@@ -139,10 +140,18 @@ extension PostgresServerStorage {
         }
     }
 
-    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64)
+    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64, Data?, String?, Int64?, Int32?, String?)
 
+    /// A row as read; whoever takes it in checks it against the change rule.
     private static func change(_ row: ChangeRow) -> StampedChange {
         StampedChange(key: row.0, value: row.1, type: row.2.flatMap(ValueType.init(rawValue:)),
-                      stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
+                      stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5),
+                      lost: keptChange(value: row.7, type: row.8, time: row.9, counter: row.10, device: row.11))
+    }
+
+    /// A key's open conflict from its `lost_…` columns; nil when it has none.
+    static func keptChange(value: Data?, type: String?, time: Int64?, counter: Int32?, device: String?) -> KeptChange? {
+        guard let time, let counter, let device else { return nil }
+        return KeptChange(value: value, type: type.flatMap(ValueType.init(rawValue:)), stamp: ChangeStamp(time: time, counter: counter, device: device))
     }
 }

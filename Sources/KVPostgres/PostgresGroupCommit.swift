@@ -33,7 +33,7 @@ extension PostgresServerStorage {
         let stores = Array(Set(group.map(\.store))).sorted()
         var locked = try await Self.lock(stores, keys: group, db, logger)
         var results = [Result<PushOutcome, CloudError>]()
-        var versions = [(store: String, row: KeyRow, acceptedAt: Int64)]()  // every accepted write, in order
+        var versions = [(store: String, row: KeyRow, acceptedAt: Int64, isVersion: Bool)]()  // every accepted write, in order
         var changedStores = Set<String>()
         var admittedAt = [String: Int64]()  // per changed store, the newest clock reading its pushes were admitted at
         // Keys first written in this group after a removal: their versions below the cursor go
@@ -62,7 +62,8 @@ extension PostgresServerStorage {
             }
             let current = rows.filter { push.pushedKeys.contains($0.key) }.mapValues(\.change)
             let decision = CloudLedger.decide(push.admitted, current: current, state: state, storesNUL: false)
-            for (change, cursor) in decision.writes {
+            for write in decision.writes {
+                let (change, cursor) = (write.change, write.cursor)
                 // A key whose removal was accepted longer ago than the retention time has no
                 // history, swept or not: what it had before this write goes (checked against the
                 // removal's version by the statement). A removal this group wrote is new.
@@ -72,7 +73,7 @@ extension PostgresServerStorage {
                 }
                 let row = KeyRow(change: change, cursor: cursor)
                 locked.rows[push.store, default: [:]][change.key] = row
-                versions.append((push.store, row, push.admitted.now))
+                versions.append((push.store, row, push.admitted.now, write.isVersion))
             }
             if !decision.writes.isEmpty {
                 locked.states[push.store] = decision.state
@@ -115,8 +116,9 @@ extension PostgresServerStorage {
                     UNION
                     SELECT k.store, k.key, k.cursor FROM unnest(\(swept.map(\.store))::text[], \(swept.map(\.oldest))::bigint[]) AS e(store, oldest)
                     JOIN kvsfs_change c ON c.store = e.store AND c.value IS NULL
-                    JOIN kvsfs_version r ON r.store = c.store AND r.key = c.key AND r.cursor = c.cursor AND r.accepted_at < e.oldest
-                    JOIN kvsfs_version k ON k.store = c.store AND k.key = c.key AND k.cursor < c.cursor
+                    JOIN kvsfs_version r ON r.store = c.store AND r.key = c.key AND r.time = c.time AND r.counter = c.counter
+                        AND r.device = c.device AND r.accepted_at < e.oldest
+                    JOIN kvsfs_version k ON k.store = c.store AND k.key = c.key AND k.cursor < r.cursor
                     UNION
                     SELECT k.store, k.key, k.cursor
                     FROM unnest(\(forgotten.map(\.key.store))::text[], \(forgotten.map(\.key.key))::text[],
@@ -144,28 +146,42 @@ extension PostgresServerStorage {
     /// Every accepted write as a version of its key, and each key's latest (the one accepted
     /// at its highest cursor) as its row, in one statement of any number of rows, as arrays:
     /// ten parameters, whatever the group's size, each value sent once.
-    private static func write(_ rows: [(store: String, row: KeyRow, acceptedAt: Int64)], _ db: PostgresConnection,
+    private static func write(_ rows: [(store: String, row: KeyRow, acceptedAt: Int64, isVersion: Bool)], _ db: PostgresConnection,
                               _ logger: Logger) async throws {
         let changes = rows.map(\.row.change)
-        // bytea[] and text[] hold no NULL here: a tombstone is flagged, a missing type is ''.
+        let lost = changes.map(\.lost)
+        // bytea[], text[] and bigint[] hold no NULL here: a tombstone and a missing conflict are
+        // flagged, a missing type is ''.
         try await db.query("""
             WITH written AS (
                 SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END AS value, NULLIF(type, '') AS type,
-                       time, counter, device, cursor, accepted_at
+                       time, counter, device, cursor, accepted_at, is_version,
+                       CASE WHEN has_lost AND NOT lost_removal THEN lost_value END AS lost_value,
+                       CASE WHEN has_lost THEN NULLIF(lost_type, '') END AS lost_type,
+                       CASE WHEN has_lost THEN lost_time END AS lost_time, CASE WHEN has_lost THEN lost_counter END AS lost_counter,
+                       CASE WHEN has_lost THEN lost_device END AS lost_device
                 FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
                         \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
                         \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
                         \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[],
-                        \(rows.map(\.acceptedAt))::bigint[])
-                    AS row(store, key, value, tombstone, type, time, counter, device, cursor, accepted_at)),
+                        \(rows.map(\.acceptedAt))::bigint[], \(rows.map(\.isVersion))::bool[], \(lost.map { $0 != nil })::bool[],
+                        \(lost.map { ByteBuffer(bytes: $0?.value ?? Data()) })::bytea[], \(lost.map { $0?.value == nil })::bool[],
+                        \(lost.map { $0?.type?.rawValue ?? "" })::text[], \(lost.map { $0?.stamp.time ?? 0 })::bigint[],
+                        \(lost.map { $0?.stamp.counter ?? 0 })::int[], \(lost.map { $0?.stamp.device ?? "" })::text[])
+                    AS row(store, key, value, tombstone, type, time, counter, device, cursor, accepted_at, is_version,
+                           has_lost, lost_value, lost_removal, lost_type, lost_time, lost_counter, lost_device)),
             versions AS (
                 INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
-                SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written)
-            INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
-            SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor FROM written
+                SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written WHERE is_version)
+            INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor,
+                                      lost_value, lost_type, lost_time, lost_counter, lost_device)
+            SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor,
+                   lost_value, lost_type, lost_time, lost_counter, lost_device FROM written
             ORDER BY store, key, cursor DESC
             ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
-                counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
+                lost_value = excluded.lost_value, lost_type = excluded.lost_type, lost_time = excluded.lost_time,
+                lost_counter = excluded.lost_counter, lost_device = excluded.lost_device
             """, logger: logger)
     }
 
@@ -213,16 +229,18 @@ extension PostgresServerStorage {
                        history_versions, history_days, history_swept_at FROM kvsfs_store
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
-                   l.history_versions, l.history_days, l.history_swept_at, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor
+                   l.history_versions, l.history_days, l.history_swept_at, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
+                   c.lost_value, c.lost_type, c.lost_time, c.lost_counter, c.lost_device
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.* FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
             """, logger: logger)
         var locked = Locked()
         for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64,
-                                          String?, Data?, String?, Int64?, Int32?, String?, Int64?).self) {
+                                          String?, Data?, String?, Int64?, Int32?, String?, Int64?,
+                                          Data?, String?, Int64?, Int32?, String?).self) {
             let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt,
-                 key, value, type, time, counter, device, keyCursor) = row
+                 key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
@@ -230,7 +248,9 @@ extension PostgresServerStorage {
             if let key, let time, let counter, let device, let keyCursor {
                 locked.rows[store, default: [:]][key] = KeyRow(
                     change: StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
-                                          stamp: ChangeStamp(time: time, counter: counter, device: device)),
+                                          stamp: ChangeStamp(time: time, counter: counter, device: device),
+                                          lost: PostgresServerStorage.keptChange(value: lostValue, type: lostType, time: lostTime,
+                                                                                 counter: lostCounter, device: lostDevice)),
                     cursor: keyCursor)
             }
         }

@@ -72,6 +72,13 @@ enum PostgresSchema {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         },
+        PostgresMigration(name: "v3 kept conflicts") { db, logger in
+            // Each key's open conflict: the change that lost to its latest one (ConflictRule).
+            try await db.query("""
+                ALTER TABLE kvsfs_change ADD COLUMN lost_value bytea, ADD COLUMN lost_type text, ADD COLUMN lost_time bigint,
+                    ADD COLUMN lost_counter integer, ADD COLUMN lost_device text
+                """, logger: logger)
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

@@ -149,12 +149,15 @@ extension KeyValueFileSystem {
             let node = try existingNode(inode, in: ns)
             let type: ValueType
             let syncState: String
+            let key: String
             switch node.kind {
-            case .key(let key):
-                guard let entry = store.entry(forKey: key) else { throw FileSystemError.noSuchAttribute }
+            case .key(let name):
+                guard let entry = store.entry(forKey: name) else { throw FileSystemError.noSuchAttribute }
+                key = name
                 type = entry.type
                 syncState = (store.syncState(forKey: key) ?? .pending).rawValue
-            case .registeredDefault(_, let registered):
+            case .registeredDefault(let name, let registered):
+                key = name
                 type = registered.value.type
                 syncState = Self.defaultSyncState
             case .placeholder, .editorFile, .removed:
@@ -163,6 +166,9 @@ extension KeyValueFileSystem {
             switch name {
             case Self.typeAttribute: return Array(type.rawValue.utf8)
             case Self.syncAttribute where sync != nil: return Array(syncState.utf8)
+            case Self.conflictAttribute:
+                guard let conflict = store.conflict(forKey: key) else { throw FileSystemError.noSuchAttribute }
+                return Array(conflict.summary.utf8)
             default: throw FileSystemError.noSuchAttribute
             }
         }
@@ -172,8 +178,14 @@ extension KeyValueFileSystem {
         if inode == .root { return try rootAttributes().keys.sorted() }
         return try state.withLock { ns in
             let node = try existingNode(inode, in: ns)
-            guard node.isKey || node.isRegisteredDefault else { return [] }
-            return sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
+            let key: String
+            switch node.kind {
+            case .key(let name), .registeredDefault(let name, _): key = name
+            case .placeholder, .editorFile, .removed: return []
+            }
+            var names = sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
+            if store.conflict(forKey: key) != nil { names.insert(Self.conflictAttribute, at: 0) }
+            return names
         }
     }
 

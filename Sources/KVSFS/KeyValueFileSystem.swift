@@ -17,6 +17,10 @@ public final class KeyValueFileSystem: FuseFileSystem {
     /// The extended attribute that tells where a key's latest change stands with the remote.
     public static let syncAttribute = "user.kvsfs.sync"
 
+    /// The extended attribute of a key whose change lost to a concurrent one: the two changes,
+    /// in one line (`KeyConflict.summary`). There only while the conflict is open.
+    public static let conflictAttribute = "user.kvsfs.conflict"
+
     /// Reading this attribute of the root runs `synchronize()` and gives `done` (`kvsfs sync`).
     /// It is not listed, so that `getfattr -d` does not sync.
     public static let synchronizeAttribute = "user.kvsfs.synchronize"

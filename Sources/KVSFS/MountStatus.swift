@@ -6,8 +6,6 @@ import KVStore
 /// `user.kvsfs.status` holds them all as one JSON object whose field names programs rely on:
 /// rename none of them (kvsfs(1) lists them).
 ///
-/// Open conflicts are not tracked yet, so there is no field for them: any figure would be made
-/// up. One comes as a new field, a new attribute and a new line of `kvsfs status`.
 public struct MountStatus: Sendable, Equatable, Codable {
     /// How the last round with the remote ended; `none` on a mount without a remote.
     public enum Reachability: String, Sendable, Codable {
@@ -38,6 +36,8 @@ public struct MountStatus: Sendable, Equatable, Codable {
     @Nullable public var lastSync: Date?
     /// Keys whose latest change no remote has accepted yet.
     public var pending: Int
+    /// Keys with an open conflict (`kvsfs conflicts`).
+    public var conflicts: Int
     public var bytes: Usage
     public var keys: Usage
     /// The per-value limit and the key-name limit, in bytes.
@@ -72,6 +72,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
         }
         lastSync = sync?.lastSync
         pending = store.pendingCount
+        conflicts = store.conflictCount
         bytes = Usage(used: usage.bytes, quota: limits.totalBytes)
         keys = Usage(used: usage.keys, quota: limits.keys)
         valueLimit = limits.valueBytes
@@ -87,6 +88,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
             "user.kvsfs.reachable": offlineReason.map { "offline: \($0)" } ?? reachable.rawValue,
             "user.kvsfs.last-sync": lastSync.map(Self.text(of:)) ?? "never",
             "user.kvsfs.pending": String(pending),
+            "user.kvsfs.conflicts": String(conflicts),
             "user.kvsfs.bytes": "\(bytes.used)/\(bytes.quota)",
             "user.kvsfs.keys": "\(keys.used)/\(keys.quota)",
             "user.kvsfs.value-limit": String(valueLimit),
@@ -121,7 +123,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
         } catch {
             throw .unreadable(Self.reason(error))
         }
-        let counts = [pending, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit]
+        let counts = [pending, conflicts, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit]
         guard counts.allSatisfy({ $0 >= 0 }), (eventCursor ?? 0) >= 0 else { throw .unreadable("a count is negative") }
         guard (reachable == .offline) == (offlineReason != nil) else { throw .unreadable("an offline reason goes with offline only") }
     }

@@ -72,19 +72,37 @@ public struct HybridLogicalClock: Sendable {
 
 /// One key's latest change as it travels between replicas: its value (canonical XML), or a
 /// tombstone when the change deleted the key.
+///
+/// Two more fields travel with it. A push says what the change `replaces`: the change of the
+/// key its writer held when it wrote, as the remote last gave it. The remote decides by it
+/// whether the change is concurrent with what it holds (`ConflictRule`). A fetched change says
+/// what `lost` to it: the key's open conflict, which the remote keeps until a later write
+/// settles it.
 public struct StampedChange: Hashable, Sendable, Codable {
     public var key: String
     /// The canonical XML property list; nil for a tombstone.
     public var value: Data?
     public var type: ValueType?
     public var stamp: ChangeStamp
+    /// Sent with a push: what the writer held of the key when it wrote; nil when it did not say
+    /// (a kvsfs before kept conflicts). Neither nil nor `.unknown` is ever taken for a conflict.
+    public var replaces: Replaced?
+    /// Given with a fetched change: the change that lost to this one concurrently, while no
+    /// later write has settled that; nil when the key has no open conflict.
+    public var lost: KeptChange?
 
-    public init(key: String, value: Data?, type: ValueType?, stamp: ChangeStamp) {
+    public init(key: String, value: Data?, type: ValueType?, stamp: ChangeStamp,
+                replaces: Replaced? = nil, lost: KeptChange? = nil) {
         self.key = key
         self.value = value
         self.type = type
         self.stamp = stamp
+        self.replaces = replaces
+        self.lost = lost
     }
+
+    /// The change itself, without what travels with it.
+    public var kept: KeptChange { KeptChange(value: value, type: type, stamp: stamp) }
 
     public static func tombstone(_ key: String, stamp: ChangeStamp) -> StampedChange {
         StampedChange(key: key, value: nil, type: nil, stamp: stamp)
@@ -105,10 +123,98 @@ public enum SyncState: String, Sendable, Codable, CaseIterable {
     case refused
 }
 
+/// What a change replaced, as its writer knew the key: nothing (the writer held no change of
+/// it), the change with this stamp, or not known (a change pending from before kvsfs kept
+/// conflicts, which is never taken for one).
+///
+/// On the wire: `{"nothing":true}`, `{"unknown":true}`, or the stamp's fields.
+public enum Replaced: Hashable, Sendable, Codable {
+    case nothing
+    case unknown
+    case change(ChangeStamp)
+
+    private enum CodingKeys: String, CodingKey { case nothing, unknown }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        if try container.decodeIfPresent(Bool.self, forKey: .nothing) == true {
+            self = .nothing
+        } else if try container.decodeIfPresent(Bool.self, forKey: .unknown) == true {
+            self = .unknown
+        } else {
+            self = .change(try ChangeStamp(from: decoder))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .nothing:
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(true, forKey: .nothing)
+        case .unknown:
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(true, forKey: .unknown)
+        case .change(let stamp):
+            try stamp.encode(to: encoder)
+        }
+    }
+}
+
+/// A change as it was made, without anything that travels with it: the side of a conflict
+/// that lost, or the one that won.
+public struct KeptChange: Hashable, Sendable, Codable {
+    /// The canonical XML property list; nil for a removal.
+    public var value: Data?
+    public var type: ValueType?
+    public var stamp: ChangeStamp
+
+    public init(value: Data?, type: ValueType?, stamp: ChangeStamp) {
+        self.value = value
+        self.type = type
+        self.stamp = stamp
+    }
+
+    public var isRemoval: Bool { value == nil }
+}
+
+/// A key's open conflict as a mount knows it: the change that lost, kept, and the one that
+/// won, as the remote decided them.
+public struct KeyConflict: Hashable, Sendable, Codable {
+    public var key: String
+    public var lost: KeptChange
+    public var won: KeptChange
+
+    public init(key: String, lost: KeptChange, won: KeptChange) {
+        self.key = key
+        self.lost = lost
+        self.won = won
+    }
+
+    /// Both changes in one line, as `user.kvsfs.conflict` gives them:
+    /// `lost TIME DEVICE TYPE SIZE; won TIME DEVICE TYPE SIZE`, each time ISO 8601 UTC to the
+    /// millisecond, the type `removed` (and no size) for a removal.
+    public var summary: String {
+        "lost \(lost.summary); won \(won.summary)"
+    }
+}
+
+extension KeptChange {
+    /// `TIME DEVICE TYPE SIZE`, or `TIME DEVICE removed`.
+    public var summary: String {
+        let time = stamp.date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        guard let type, let value else { return "\(time) \(stamp.device) removed" }
+        return "\(time) \(stamp.device) \(type.rawValue) \(value.count)"
+    }
+}
+
 /// How an external change is taken in.
 public enum ExternalApplyMode: Sendable, Equatable {
     /// By the merge rule: only when it is newer than what the store has.
     case merge
+    /// By the merge rule, except that a key whose latest change is still pending keeps it: from
+    /// a remote that keeps conflicts, which decides between the two once the change is pushed
+    /// and gives the winner again.
+    case mergeHoldingPending
     /// Unconditionally, marking the key refused: the rollback of a change the remote refused.
     case rollback
     /// Unconditionally: the store now follows another account's values.

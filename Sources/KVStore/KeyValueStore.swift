@@ -43,6 +43,8 @@ public final class KeyValueStore: Sendable {
         /// database holds them: every write of a setting goes through the store, which holds
         /// its database alone. A round of sync reads its position twice.
         var settings: [String: String?] = [:]
+        /// The keys' open conflicts, as the remote last gave them (`takeConflicts`).
+        var conflicts: [String: KeyConflict] = [:]
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
 
         /// The pending keys are rebuilt from the sync states of `changes`: what the database holds
@@ -77,6 +79,17 @@ public final class KeyValueStore: Sendable {
     struct ChangeMeta {
         var stamp: ChangeStamp
         var syncState: SyncState
+        /// What a pending change replaced, as the remote last gave the key: the change before
+        /// the key's first pending write (`base(after:)`). What a push says the change `replaces`.
+        var base: Replaced
+
+        /// The base of a change that follows `previous`: a pending change keeps the base of the
+        /// pending one it follows (the remote never saw that one); any other was the remote's.
+        /// `StoreDatabase.record` writes the same rule in SQL.
+        static func base(after previous: ChangeMeta?) -> Replaced {
+            guard let previous else { return .nothing }
+            return previous.syncState == .pending ? previous.base : .change(previous.stamp)
+        }
     }
 
     let database: DatabaseQueue
@@ -122,10 +135,10 @@ public final class KeyValueStore: Sendable {
                 var clock = HybridLogicalClock(device: device)
                 for record in records {
                     entries[record.key] = Entry(record)
-                    changes[record.key] = ChangeMeta(stamp: record.stamp, syncState: record.syncState)
+                    changes[record.key] = ChangeMeta(stamp: record.stamp, syncState: record.syncState, base: record.base)
                     clock.observe(record.stamp, physical: physical)
                 }
-                let state = State(
+                var state = State(
                     entries: entries,
                     changes: changes,
                     limits: try Self.loadLimits(db),
@@ -134,6 +147,7 @@ public final class KeyValueStore: Sendable {
                     clock: clock,
                     journal: journal,
                     quarantine: quarantine)
+                state.conflicts = try Self.loadConflicts(db)
                 return (state, device)
             }
             if !refused.isEmpty { try quarantine.append(refused) }
@@ -261,7 +275,8 @@ public final class KeyValueStore: Sendable {
         state.lastSequence = sequence
         for row in rows {
             state.entries[row.key] = row.entry
-            state.setChange(row.key, ChangeMeta(stamp: row.stamp, syncState: row.syncState))
+            state.setChange(row.key, ChangeMeta(stamp: row.stamp, syncState: row.syncState,
+                                                base: ChangeMeta.base(after: state.changes[row.key])))
         }
         state.revision &+= 1
         // Committed already: a batch that fails now is retried with the next write.

@@ -17,12 +17,17 @@ public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
     public var counter: Int32
     public var device: String
     public var syncState: SyncState
+    /// What a pending change replaced (`KeyValueStore.ChangeMeta.base`): columns `baseTime`,
+    /// `baseCounter`, `baseDevice`, all NULL for nothing, the device '' when not known (no
+    /// stamp has an empty device id).
+    public var base: Replaced
 
     public var stamp: ChangeStamp { ChangeStamp(time: modifiedAt, counter: counter, device: device) }
 
     /// Every row, its key read as bytes: GRDB reads text only up to a NUL, which a key may hold.
     static let selection = """
-        SELECT CAST(key AS BLOB) AS key, value, type, modifiedAt, sequence, counter, device, syncState FROM entry
+        SELECT CAST(key AS BLOB) AS key, value, type, modifiedAt, sequence, counter, device, syncState,
+               baseTime, baseCounter, baseDevice FROM entry
         """
 
     /// A row of `selection`.
@@ -43,6 +48,14 @@ public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendabl
         device = try row.decode(forColumn: "device")
         guard let state = SyncState(rawValue: try row.decode(forColumn: "syncState")) else { throw DatabaseError(message: "unknown sync state") }
         syncState = state
+        let baseDevice: String? = try row.decode(forColumn: "baseDevice")
+        switch baseDevice {
+        case nil: base = .nothing
+        case "": base = .unknown
+        case let device?:
+            base = .change(ChangeStamp(time: try row.decode(forColumn: "baseTime"), counter: try row.decode(forColumn: "baseCounter"),
+                                       device: device))
+        }
     }
 }
 
@@ -90,6 +103,25 @@ enum StoreSchema {
             // SQLite's length() counts characters up to the first NUL, so `length(key) > 0`
             // refused a key that begins with one. A key may hold NUL (shown as %00).
             try rebuildEntryTable(db, keyCheck: "key <> ''")
+        }
+        migrator.registerMigration("v5 what pending changes replaced, open conflicts") { db in
+            try db.alter(table: "entry") { t in
+                t.add(column: "baseTime", .integer)
+                t.add(column: "baseCounter", .integer)
+                t.add(column: "baseDevice", .text)
+            }
+            // What a change pending from before is not known: its push decides no conflict.
+            try db.execute(sql: "UPDATE entry SET baseTime = 0, baseCounter = 0, baseDevice = '' WHERE syncState = 'pending'")
+            try db.create(table: "conflict", options: [.withoutRowID]) { t in
+                t.primaryKey("key", .text)
+                for side in ["lost", "won"] {
+                    t.column("\(side)Value", .blob)
+                    t.column("\(side)Type", .text)
+                    t.column("\(side)Time", .integer).notNull()
+                    t.column("\(side)Counter", .integer).notNull()
+                    t.column("\(side)Device", .text).notNull()
+                }
+            }
         }
         return migrator
     }

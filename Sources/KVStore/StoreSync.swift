@@ -36,7 +36,11 @@ extension KeyValueStore {
     public func pendingChanges() -> [StampedChange] {
         state.withLock { state in
             state.pendingKeys.compactMap { key in
-                state.changes[key].map { Self.stampedChange(key, $0.stamp, state.entries[key]) }
+                state.changes[key].map { meta in
+                    var change = Self.stampedChange(key, meta.stamp, state.entries[key])
+                    change.replaces = meta.base
+                    return change
+                }
             }
             .sorted { $0.stamp < $1.stamp }
         }
@@ -136,7 +140,8 @@ extension KeyValueStore {
 
     /// Takes in changes made elsewhere. With `.merge`, a change replaces the key's value only
     /// when its stamp is greater (an equal stamp is the remote confirming the local change);
-    /// the other modes replace unconditionally. External changes are not checked against the
+    /// `.mergeHoldingPending` leaves a pending local change in place too; the other modes
+    /// replace unconditionally. External changes are not checked against the
     /// local limits: the remote enforces the store's quotas, and replicas must converge.
     /// Returns the keys whose visible value changed.
     @discardableResult
@@ -150,10 +155,12 @@ extension KeyValueStore {
             }
             for change in latest.values.sorted(by: { $0.stamp < $1.stamp }) {
                 let current = state.changes[change.key]
-                if mode == .merge, let current, change.stamp <= current.stamp {
+                if mode == .merge || mode == .mergeHoldingPending, let current, change.stamp <= current.stamp {
                     if change.stamp == current.stamp, current.syncState == .pending { confirmed.append(change) }
                     continue
                 }
+                // Kept for the push, whose remote decides between them and gives the winner again.
+                if mode == .mergeHoldingPending, current?.syncState == .pending { continue }
                 let entry = change.value.map {
                     Entry(key: change.key, xml: [UInt8]($0), type: change.type ?? .string, modifiedAt: change.stamp.date)
                 }

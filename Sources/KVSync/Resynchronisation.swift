@@ -39,6 +39,7 @@ extension SyncEngine {
         }
         try store.markPending(lost.map(\.key))
         let changed = try await apply(Array(remoteChanges.values), mode: .merge)
+        let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
         // The remote's identity as it is now: a remote that renewed it on finding another
         // history (see `ChangeLog.renewIdentity(replacing:)`) need not send this mount round again.
         let current = if let identity { identity } else { try await remote.identity() }
@@ -46,6 +47,7 @@ extension SyncEngine {
         try record(position)
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
                      keys: Set(lost.map(\.key) + changed).sorted())
+        if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
     }
 
     /// Replaces the store's values by the remote's, on request (`kvsfs sync --replace-with-remote`):
@@ -61,6 +63,7 @@ extension SyncEngine {
             let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })
             let replacements = remoteChanges.values.filter { held[$0.key] != $0 }
             let changed = try await apply(replacements + removals, mode: .replace)
+            let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
             // The store then holds nothing for a removed key, as the remote: its tombstone bears
             // the stamp of the value it removed, and would pass that value over should it come
             // back (pushed again by a mount that still has it).
@@ -69,6 +72,7 @@ extension SyncEngine {
             try record(position)
             noteIncident("replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed",
                          keys: changed.sorted())
+            if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
         }
     }
 }

@@ -23,6 +23,9 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         /// Remote changes could not be taken into the local store (`message` says why): they
         /// are fetched and applied again on the next round, after a backoff.
         case applyFailed = "apply-failed"
+        /// A change to each key lost to a concurrent change (`ConflictRule`) and is kept as the
+        /// key's open conflict: `kvsfs conflicts` lists it, `kvsfs resolve` settles it.
+        case conflict = "conflict"
         /// Said to a reader only (`kvsfs events --since`), never logged: the log no longer
         /// holds the events right after the reader's cursor, so the reader must look at the
         /// whole store again rather than take the events that follow for all it missed.

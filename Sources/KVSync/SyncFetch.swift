@@ -19,6 +19,9 @@ extension SyncEngine {
         var recorded = stored != nil
         var fetched = position
         var newer = [String: StampedChange]()
+        // Every change taken in, in the remote's order: each key's last says its open conflict.
+        var given = [StampedChange]()
+        var keepsConflicts = false
         while true {
             let batch: ChangeBatch
             do {
@@ -30,7 +33,10 @@ extension SyncEngine {
                 return
             }
             var confirmations = [StampedChange]()
-            for change in admit(batch) {
+            let admitted = admit(batch)
+            given += admitted
+            keepsConflicts = batch.keepsConflicts
+            for change in admitted {
                 if store.accepts(change) {
                     if newer[change.key].map({ change.stamp > $0.stamp }) ?? true { newer[change.key] = change }
                 } else {
@@ -44,7 +50,13 @@ extension SyncEngine {
             guard batch.complete || newer.count >= Self.keysPerApply else { continue }
             // A failure leaves the cursor where it was: the round fails, and the next one
             // (after backoff) fetches and applies these changes again.
-            let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp }, mode: .merge)
+            // A pending local change a newer one would replace is held when the remote keeps
+            // conflicts: this round's push has not taken it, the next one will, and the remote
+            // then decides between them and gives the winner again.
+            let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp },
+                                                               mode: keepsConflicts ? .mergeHoldingPending : .merge)
+            let conflicts = try store.takeConflicts(from: given)
+            given.removeAll(keepingCapacity: true)
             if fetched != position || !recorded {
                 try record(fetched)
                 recorded = true
@@ -52,9 +64,17 @@ extension SyncEngine {
             position = fetched
             knownPosition.update { $0 = position }
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
+            if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
             if batch.complete { break }
             newer.removeAll(keepingCapacity: true)
         }
+    }
+
+    /// The event that says `keys` have a new conflict: a change lost to a concurrent one and
+    /// is kept (`kvsfs conflicts`).
+    static func conflictEvent(_ keys: [String]) -> SyncEvent {
+        SyncEvent(reason: .conflict, keys: keys,
+                  message: "a change lost to a concurrent change and is kept: see kvsfs conflicts")
     }
 
     /// Every key's latest change on the remote, fetched from the start, and the position that

@@ -142,6 +142,11 @@ struct ControlRequest: Codable, Equatable {
         /// Answered with `version` of `key` and its value, as JSON `KeyVersion` (null when the
         /// remote keeps no such version).
         case version
+        /// Answered with the store's open conflicts, as JSON `[KeyConflict]`.
+        case conflicts
+        /// Writes `key`'s value (or its removal) again as a new change (`KeyValueStore.rewrite`),
+        /// which settles its conflict keeping what it shows; answered with nothing.
+        case rewrite
     }
 
     var command: Command
@@ -151,7 +156,7 @@ struct ControlRequest: Codable, Equatable {
     var replace: Bool?
     /// For an import: say what would change, change nothing.
     var dryRun: Bool?
-    /// For history and version: the key.
+    /// For history, version and rewrite: the key.
     var key: String?
     /// For version: which one.
     var version: Int64?

@@ -142,6 +142,16 @@ final class ControlSocket: @unchecked Sendable {
             let key = try requestedKey(request)
             guard let version = request.version, version > 0 else { throw CommandFailure("the request names no version") }
             return Array(try JSONEncoder().encode(try askRemote { history in try await history.version(version, of: key) }))
+        case .conflicts:
+            return Array(try JSONEncoder().encode(fileSystem.store.conflicts()))
+        case .rewrite:
+            let key = try requestedKey(request)
+            do {
+                try fileSystem.store.rewrite(key)
+            } catch {
+                throw CommandFailure("cannot write \(key.debugDescription) again: \(error)")
+            }
+            return []
         }
     }
 

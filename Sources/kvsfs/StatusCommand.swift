@@ -8,8 +8,8 @@ struct Status: ParsableCommand {
         abstract: "Show a mount's store, its use of the quotas, and where sync stands.",
         discussion: """
             Prints one fact a line: the store, its data directory and database, the remote and whether the last round \
-            with it succeeded, when a sync last succeeded, the pending changes, bytes and keys used of their quotas, the \
-            per-value and key-name limits, and the event log with its last cursor. With --json, the same facts as one JSON \
+            with it succeeded, when a sync last succeeded, the pending changes, the open conflicts, bytes and keys used of \
+            their quotas, the per-value and key-name limits, and the event log with its last cursor. With --json, the same facts as one JSON \
             object whose fields kvsfs(1) lists. The mount's root holds them as extended attributes too (getfattr -d).
             """)
 
@@ -34,8 +34,7 @@ struct Status: ParsableCommand {
         try requiredMountAttribute(mountpoint, "user.kvsfs.status", capacity: MountStatus.maximumJSONBytes, what: "the status")
     }
 
-    /// The facts in the order they are printed, labels padded to one column. A new fact
-    /// (open conflicts, once tracked) is one more line here.
+    /// The facts in the order they are printed, labels padded to one column.
     static func lines(of status: MountStatus) -> [(label: String, value: String)] {
         let facts: [(String, String)] = [
             ("store", status.store ?? "unknown"),
@@ -45,6 +44,7 @@ struct Status: ParsableCommand {
             ("reachable", status.offlineReason.map { "offline: \($0)" } ?? status.reachable.rawValue),
             ("last sync", status.lastSync.map(MountStatus.text(of:)) ?? "never"),
             ("pending", "\(status.pending) change\(status.pending == 1 ? "" : "s")"),
+            ("conflicts", "\(status.conflicts) open"),
             ("bytes", "\(status.bytes.used) of \(status.bytes.quota) used"),
             ("keys", "\(status.keys.used) of \(status.keys.quota) used"),
             ("value limit", "\(status.valueLimit) bytes"),

@@ -53,7 +53,7 @@ struct StatusTests {
             #expect(shown["value limit"] == "1048576 bytes")
             #expect(shown["key-name limit"] == "64 bytes")
             #expect(shown["event log"]?.hasPrefix("\(data)/default.events.jsonl (last cursor ") == true, "\(text)")
-            #expect(shown["conflicts"] == nil, "conflicts are not tracked: no figure is shown")
+            #expect(shown["conflicts"] == "0 open")
 
             let json = try statusJSON(daemon.mountpoint)
             #expect(json["store"] as? String == "default")
@@ -66,13 +66,14 @@ struct StatusTests {
             let synced = try #require(ISO8601DateFormatter().date(from: lastSync), "ISO 8601 in UTC: \(lastSync)")
             #expect(abs(synced.timeIntervalSinceNow) < 60)
             #expect(json["pending"] as? Int == 0)
+            #expect(json["conflicts"] as? Int == 0)
             #expect((json["bytes"] as? [String: Int]) == ["used": valueBytes, "quota": 1_048_576])
             #expect((json["keys"] as? [String: Int]) == ["used": 1, "quota": 1024])
             #expect(json["valueLimit"] as? Int == 1_048_576)
             #expect(json["keyNameLimit"] as? Int == 64)
             #expect(json["eventLog"] as? String == "\(data)/default.events.jsonl")
             #expect(json["eventCursor"] is Int)
-            #expect(json.keys.sorted() == ["bytes", "dataDirectory", "database", "eventCursor", "eventLog", "keyNameLimit", "keys",
+            #expect(json.keys.sorted() == ["bytes", "conflicts", "dataDirectory", "database", "eventCursor", "eventLog", "keyNameLimit", "keys",
                                            "lastSync", "offlineReason", "pending", "reachable", "remote", "store", "valueLimit"],
                     "every documented field, and only those")
 

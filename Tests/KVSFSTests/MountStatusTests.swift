@@ -18,7 +18,7 @@ struct MountStatusTests {
         let size = try #require(harness.store.entry(forKey: "greeting")?.size)
 
         let names = try harness.fs.listxattr(inode: .root)
-        #expect(names == ["user.kvsfs.bytes", "user.kvsfs.key-name-limit", "user.kvsfs.keys", "user.kvsfs.last-sync",
+        #expect(names == ["user.kvsfs.bytes", "user.kvsfs.conflicts", "user.kvsfs.key-name-limit", "user.kvsfs.keys", "user.kvsfs.last-sync",
                           "user.kvsfs.pending", "user.kvsfs.reachable", "user.kvsfs.status", "user.kvsfs.value-limit"])
         #expect(try rootAttribute(harness, "user.kvsfs.bytes") == "\(size)/900")
         #expect(try rootAttribute(harness, "user.kvsfs.keys") == "1/3")

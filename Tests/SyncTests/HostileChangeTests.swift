@@ -271,11 +271,11 @@ struct UnreadableRowTests {
                     ("device-not-utf8", 1000, 0, Data([0xFF, 0x00])),
                 ]
                 for (index, row) in rows.enumerated() {
-                    try db.execute(sql: "INSERT INTO cloudChange VALUES ('default', ?, ?, 'string', ?, ?, ?, ?)",
+                    try db.execute(sql: "INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES ('default', ?, ?, 'string', ?, ?, ?, ?)",
                                    arguments: [row.0, value, row.1, row.2, row.3, 10 + index])
                 }
-                try db.execute(sql: "INSERT INTO cloudChange VALUES ('default', CAST(X'FF' AS TEXT), ?, 'string', 1000, 0, 'evil', 13)", arguments: [value])
-                try db.execute(sql: "INSERT INTO cloudChange VALUES ('default', 'after', ?, 'string', 1000, 0, 'other', 14)", arguments: [value])
+                try db.execute(sql: "INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES ('default', CAST(X'FF' AS TEXT), ?, 'string', 1000, 0, 'evil', 13)", arguments: [value])
+                try db.execute(sql: "INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES ('default', 'after', ?, 'string', 1000, 0, 'other', 14)", arguments: [value])
                 try db.execute(sql: "UPDATE cloudStore SET cursor = 14 WHERE id = 'default'")
             }
             let store = try makeStore(in: dir)

@@ -1,0 +1,188 @@
+import ArgumentParser
+import Foundation
+import Glibc
+import KVSFS
+import KVStore
+
+struct Conflicts: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the open conflicts of a mount's store: changes that lost to a concurrent change, kept.",
+        discussion: """
+            Two changes of a key are concurrent when neither device held the other's change when it wrote. The \
+            remote keeps the one with the greater stamp, as always, and now keeps the other too, as the key's open \
+            conflict, until a later write settles it (kvsfs resolve, or any write made after the winner was \
+            seen). For each: the key's file name, then the change that lost and the one that won, each with when \
+            and on which device it was made, its type (removed for a removal), its size and its value as kvsfs \
+            get prints it.
+            """)
+
+    @Argument(help: "A kvsfs mount.")
+    var mountpoint: String
+
+    @Flag(help: "Print one JSON array instead: per conflict, key, lost and won, each with time, device, type, size and value (XML, null for a removal).")
+    var json = false
+
+    func run() throws {
+        let conflicts = try ConflictList.fetch(from: mountpoint)
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            print(String(decoding: try encoder.encode(conflicts.map(ConflictList.Listed.init)), as: UTF8.self))
+            return
+        }
+        for conflict in conflicts {
+            print(KeyFileName.fileName(forKey: conflict.key))
+            for (label, side) in [("lost", conflict.lost), ("won ", conflict.won)] {
+                let kind = side.type.map { "\($0.rawValue), \(side.value?.count ?? 0) bytes" } ?? "removed"
+                print("  \(label)  \(History.timeText(side.stamp.time))  \(side.stamp.device)  \(kind)")
+                if let value = try ConflictList.value(of: side, key: conflict.key) {
+                    print(try ValueText.plain(value).split(separator: "\n", omittingEmptySubsequences: false)
+                        .dropLast().map { "        " + $0 }.joined(separator: "\n"))
+                }
+            }
+        }
+    }
+}
+
+struct Resolve: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Settle a key's open conflict by keeping one of its two changes.",
+        discussion: """
+            --keep-local writes the change that lost back to the key; --keep-remote keeps the one that won, which \
+            the key shows now, by writing it again. Either is a new change, as any write: quotas apply, it syncs \
+            and watchers see it. Once the remote has it, the conflict is settled on every mount (kvsfs sync \
+            MOUNTPOINT waits for that).
+            """)
+
+    @Argument(help: "The key's file in a mount (it need not exist).")
+    var path: String
+
+    @Flag(help: "Keep the change that lost.")
+    var keepLocal = false
+
+    @Flag(help: "Keep the change that won.")
+    var keepRemote = false
+
+    func validate() throws {
+        guard keepLocal != keepRemote else { throw ValidationError("name one of --keep-local and --keep-remote") }
+    }
+
+    func run() throws {
+        let key = try KeyFile(path)
+        guard let conflict = try ConflictList.fetch(from: key.mountpoint).first(where: { $0.key == key.name }) else {
+            throw CommandFailure("\(key.name.debugDescription) has no open conflict")
+        }
+        if keepLocal {
+            let lost = try ConflictList.value(of: conflict.lost, key: key.name)
+            switch (lost, try Self.shown(path)) {
+            case (nil, .some):
+                if unlink(path) != 0, errno != ENOENT { throw CommandFailure("cannot remove \(path): \(explain(errno))") }
+                return
+            case (let value?, let shown) where value != shown:
+                try ValueFile.write(try PropertyListCodec.encodeXML(value), to: path)
+                return
+            default:
+                break  // the key shows the change that lost already: written again, below
+            }
+        }
+        _ = try ControlClient.send(ControlRequest(command: .rewrite, key: key.name), to: key.mountpoint)
+    }
+
+    /// The value the key's file shows; nil when it has none.
+    private static func shown(_ path: String) throws -> PropertyListValue? {
+        guard access(path, F_OK) == 0 else {
+            if errno == ENOENT { return nil }
+            throw CommandFailure("cannot read \(path): \(explain(errno))")
+        }
+        do {
+            return try PropertyListCodec.decode(try ValueFile.read(path))
+        } catch let failure as CommandFailure {
+            throw failure
+        } catch {
+            throw CommandFailure("\(path) holds no value the store accepts: \(error)")
+        }
+    }
+}
+
+/// A mount's open conflicts as its daemon gives them, checked before anything is printed or
+/// written: each stamp by the stamp rule (so no device id carries a terminal's escapes), each
+/// value a property list of its listed type.
+enum ConflictList {
+    static func fetch(from mountpoint: String) throws -> [KeyConflict] {
+        let answer = try ControlClient.send(ControlRequest(command: .conflicts), to: mountpoint)
+        let conflicts: [KeyConflict]
+        do {
+            conflicts = try JSONDecoder().decode([KeyConflict].self, from: Data(answer))
+        } catch {
+            throw CommandFailure("the mount at \(mountpoint) gave an answer that is not one")
+        }
+        for conflict in conflicts {
+            for side in [conflict.lost, conflict.won] {
+                do {
+                    try StampRule().checkFields(side.stamp)
+                } catch {
+                    throw CommandFailure("the conflict of \(conflict.key.debugDescription) has a stamp outside the rule: \(error)")
+                }
+                _ = try value(of: side, key: conflict.key)
+            }
+        }
+        return conflicts
+    }
+
+    /// A side's value, checked against the value rule and its type; nil for a removal.
+    static func value(of side: KeptChange, key: String) throws -> PropertyListValue? {
+        guard let bytes = side.value else {
+            guard side.type == nil else { throw CommandFailure("the conflict of \(key.debugDescription) lists a type without a value") }
+            return nil
+        }
+        let value: PropertyListValue
+        do {
+            value = try PropertyListCodec.decode([UInt8](bytes))
+        } catch {
+            throw CommandFailure("the conflict of \(key.debugDescription) holds a value the store does not accept: \(error)")
+        }
+        guard value.type == side.type else { throw CommandFailure("the conflict of \(key.debugDescription) lists a value under another type") }
+        return value
+    }
+
+    /// A conflict as `kvsfs conflicts --json` prints it.
+    struct Listed: Encodable {
+        struct Side: Encodable {
+            var time: String
+            var device: String
+            var type: String
+            var size: Int
+            /// The value as XML; nil (null) for a removal.
+            var value: String?
+
+            init(_ side: KeptChange) {
+                time = History.timeText(side.stamp.time)
+                device = side.stamp.device
+                type = side.type?.rawValue ?? "removed"
+                size = side.value?.count ?? 0
+                value = side.value.map { String(decoding: $0, as: UTF8.self) }
+            }
+
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: CodingKeys.self)
+                try container.encode(time, forKey: .time)
+                try container.encode(device, forKey: .device)
+                try container.encode(type, forKey: .type)
+                try container.encode(size, forKey: .size)
+                try container.encode(value, forKey: .value)  // null for a removal, not left out
+            }
+
+            private enum CodingKeys: String, CodingKey { case time, device, type, size, value }
+        }
+
+        var key: String
+        var lost: Side
+        var won: Side
+
+        init(_ conflict: KeyConflict) {
+            key = conflict.key
+            lost = Side(conflict.lost)
+            won = Side(conflict.won)
+        }
+    }
+}

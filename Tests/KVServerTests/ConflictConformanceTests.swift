@@ -1,0 +1,118 @@
+import Foundation
+import KVCloud
+import KVStore
+import KVSync
+import KVTestSupport
+import Testing
+
+/// The conflict rule (`ConflictRule`) as every change log applies it: in memory, in a SQLite
+/// file, in PostgreSQL and over HTTP.
+@Suite("Kept conflicts in every change log", .timeLimit(.minutes(3)))
+struct ConflictConformanceTests {
+    typealias Kind = ChangeLogConformanceTests.Kind
+
+    static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    func change(_ key: String, _ text: String?, time: Int64, device: String, replaces: Replaced?) -> StampedChange {
+        StampedChange(key: key, value: text.map { Data(try! PropertyListCodec.encodeXML(.string($0))) }, type: text == nil ? nil : .string,
+                      stamp: ChangeStamp(time: time, counter: 0, device: device), replaces: replaces)
+    }
+
+    /// The key's row as the log gives it now.
+    func row(_ key: String, in log: any ChangeLog, _ store: String) async throws -> StampedChange? {
+        try await log.changes(in: store, after: 0, limit: 100).changes.first { $0.key == key }
+    }
+
+    @Test("a change that loses to a concurrent one is kept with the winner, given again at a new cursor, no new version", arguments: Kind.allCases)
+    func loserKept(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let winner = change("k", "phone", time: Self.now, device: "phone", replaces: .nothing)
+            let loser = change("k", "laptop", time: Self.now - 500, device: "laptop", replaces: .nothing)
+            _ = try await log.push([winner], to: store)
+            let before = try await log.cursor(of: store)
+            let outcome = try await log.push([loser], to: store)
+            #expect(outcome.accepted == [loser] && outcome.refused.isEmpty)
+            #expect(outcome.cursorBefore == nil, "the pusher must fetch the winner: its rows are not its changes as sent")
+            #expect(try await log.cursor(of: store) == before + 1)
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.kept == winner.kept)
+            #expect(given.lost == loser.kept)
+            #expect(try await log.history(of: "k", in: store).map(\.stamp) == [winner.stamp], "a lost change is no version")
+        }
+    }
+
+    @Test("a concurrent change that wins keeps the change it replaced as lost, a removal too", arguments: Kind.allCases)
+    func winnerKeepsLoser(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let first = change("k", "first", time: Self.now - 500, device: "laptop", replaces: .nothing)
+            let removal = change("k", nil, time: Self.now, device: "phone", replaces: .nothing)
+            _ = try await log.push([first], to: store)
+            _ = try await log.push([removal], to: store)
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.isTombstone && given.stamp == removal.stamp)
+            #expect(given.lost == first.kept)
+        }
+    }
+
+    @Test("a change made after its writer held the winner is sequential: no conflict, and it settles an open one", arguments: Kind.allCases)
+    func sequentialSettles(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let first = change("k", "first", time: Self.now - 900, device: "laptop", replaces: .nothing)
+            let second = change("k", "second", time: Self.now - 500, device: "phone", replaces: .change(first.stamp))
+            _ = try await log.push([first], to: store)
+            let outcome = try await log.push([second], to: store)
+            #expect(outcome.cursorBefore != nil, "nothing but the pusher's own change: it need not fetch")
+            #expect(try await row("k", in: log, store)?.lost == nil)
+
+            let concurrent = change("k", "third", time: Self.now - 400, device: "tablet", replaces: .change(first.stamp))
+            _ = try await log.push([concurrent], to: store)
+            #expect(try await row("k", in: log, store)?.lost == second.kept, "the tablet never held the phone's change")
+
+            let settling = change("k", "settled", time: Self.now - 100, device: "laptop", replaces: .change(concurrent.stamp))
+            _ = try await log.push([settling], to: store)
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.stamp == settling.stamp && given.lost == nil)
+        }
+    }
+
+    @Test("a device's change after its own is never a conflict; nor is one that does not say what it replaced", arguments: Kind.allCases)
+    func neverConflicts(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let mine = change("k", "mine", time: Self.now - 900, device: "laptop", replaces: .nothing)
+            let mineAgain = change("k", "mine again", time: Self.now - 800, device: "laptop", replaces: .nothing)
+            _ = try await log.push([mine], to: store)
+            _ = try await log.push([mineAgain], to: store)
+            #expect(try await row("k", in: log, store)?.lost == nil)
+            let unsaid = change("k", "older kvsfs", time: Self.now - 700, device: "old", replaces: nil)
+            let unknown = change("k", "upgraded", time: Self.now - 600, device: "upgraded", replaces: .unknown)
+            _ = try await log.push([unsaid], to: store)
+            _ = try await log.push([unknown], to: store)
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.stamp == unknown.stamp && given.lost == nil)
+        }
+    }
+
+    @Test("of several changes that lost, the newest is kept; pushing one twice gives the same", arguments: Kind.allCases)
+    func newestLoserKept(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let winner = change("k", "winner", time: Self.now, device: "phone", replaces: .nothing)
+            let older = change("k", "older", time: Self.now - 900, device: "laptop", replaces: .nothing)
+            let newer = change("k", "newer", time: Self.now - 500, device: "tablet", replaces: .nothing)
+            _ = try await log.push([winner], to: store)
+            _ = try await log.push([newer], to: store)
+            _ = try await log.push([older], to: store)
+            _ = try await log.push([newer], to: store)
+            #expect(try await row("k", in: log, store)?.lost == newer.kept)
+        }
+    }
+
+    @Test("a pushed change cannot name what lost to it: the rule decides", arguments: Kind.allCases)
+    func pushedLostIgnored(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            var forged = change("k", "v", time: Self.now, device: "laptop", replaces: .nothing)
+            forged.lost = KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: Self.now - 1, counter: 0, device: "ghost"))
+            _ = try await log.push([forged], to: store)
+            #expect(try await row("k", in: log, store)?.lost == nil)
+        }
+    }
+}
