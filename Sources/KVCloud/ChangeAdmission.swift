@@ -8,6 +8,9 @@ import KVStore
 package struct Admission: Sendable {
     /// Each change in the order given: admitted, or refused with the reason.
     package var entries: [Result<StampedChange, RefusedChange>] = []
+    /// Why a change's `lost` was left out (it broke the change rule): the change itself is
+    /// admitted without it, so that a broken conflict never holds its winner back.
+    package var droppedConflicts: [String] = []
     /// The stamp rule and the clock reading the skew is measured against.
     package var stamps: StampRule
     package var now: Int64
@@ -85,7 +88,17 @@ package enum ChangeAdmission {
         var budget = batchAllowance &+ min(carried, Int.max / 4) &* 2
         for change in changes {
             do {
-                admission.entries.append(.success(try admit(change, rule: policy.stamps, budget: &budget)))
+                var admitted = try admit(change, rule: policy.stamps, budget: &budget)
+                if let lost = change.lost {
+                    do {
+                        try policy.stamps.checkFields(lost.stamp)
+                        admitted.lost?.value = try admit(lost.value, of: lost.type, budget: &budget)
+                    } catch {
+                        admitted.lost = nil
+                        admission.droppedConflicts.append("\(change.key.debugDescription): the change kept as its conflict breaks the rule: \(error)")
+                    }
+                }
+                admission.entries.append(.success(admitted))
             } catch {
                 admission.entries.append(.failure(.init(refusal: Refusal(change: change, current: nil, reason: String(describing: error)))))
             }
@@ -93,7 +106,7 @@ package enum ChangeAdmission {
         return admission
     }
 
-    /// The change, what it replaced and what lost to it, each by the same rule.
+    /// The change and what it replaced, by the same rule (what lost to it is the caller's).
     private static func admit(_ change: StampedChange, rule: StampRule, budget: inout Int) throws(StoreError) -> StampedChange {
         try rule.checkFields(change.stamp)
         guard !change.key.isEmpty else { throw .emptyKey }
@@ -101,14 +114,6 @@ package enum ChangeAdmission {
         var admitted = change
         admitted.key = KeyName.canonical(change.key)
         admitted.value = try admit(change.value, of: change.type, budget: &budget)
-        if let lost = change.lost {
-            do {
-                try rule.checkFields(lost.stamp)
-                admitted.lost?.value = try admit(lost.value, of: lost.type, budget: &budget)
-            } catch {
-                throw .invalidPropertyList("the change that lost to it: \(error)")
-            }
-        }
         return admitted
     }
 

@@ -78,27 +78,20 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
     /// The last change in the batch, at its cursor: the reader's history mark from here on.
     /// Nil when the batch has none (or its last row could not be read).
     public var mark: HistoryMark?
-    /// Whether the remote keeps conflicts (`ConflictRule`): it then decides between a pending
-    /// local change and a newer one of these once the local one is pushed, and gives the
-    /// winner again; the mount holds its pending changes until then.
-    public var keepsConflicts: Bool
 
-    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil,
-                keepsConflicts: Bool = false) {
+    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil) {
         self.changes = changes
         self.cursor = cursor
         self.complete = complete
         self.unreadable = unreadable
         self.mark = mark
-        self.keepsConflicts = keepsConflicts
     }
 
     private enum CodingKeys: String, CodingKey {
-        case changes, cursor, complete, unreadable, mark, keepsConflicts
+        case changes, cursor, complete, unreadable, mark
     }
 
-    /// `unreadable`, `mark` and `keepsConflicts` may be missing: a server older than the field
-    /// sends none.
+    /// `unreadable` and `mark` may be missing: a server older than the field sends none.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         changes = try container.decode([StampedChange].self, forKey: .changes)
@@ -106,6 +99,5 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
         complete = try container.decode(Bool.self, forKey: .complete)
         unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
         mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
-        keepsConflicts = try container.decodeIfPresent(Bool.self, forKey: .keepsConflicts) ?? false
     }
 }

@@ -28,7 +28,7 @@ package struct PushDecision: Sendable {
         package var change: StampedChange
         package var cursor: Int64
         /// Whether the change is a new version of the key; false when the row is the key's
-        /// change given again with a conflict that a losing change opened.
+        /// change given again with the conflict a change that lost to it opened.
         package var isVersion: Bool
     }
 }
@@ -83,21 +83,24 @@ package enum CloudLedger {
                 continue
             }
             if let current, current.stamp >= change.stamp {
-                // A repeat, or superseded. The winner is given again (a new cursor, no new
-                // version), so that the pusher fetches it even if it held its own change over it
-                // (`ExternalApplyMode.mergeHoldingPending`); a change that lost to it
-                // concurrently is kept with it, as the key's conflict.
-                if current.stamp > change.stamp, ConflictRule.mayBeHeld(change) {
-                    var given = current
-                    if ConflictRule.isConcurrent(change, with: current), ConflictRule.keeps(change.kept, over: current.lost) {
-                        do {
-                            if !change.isTombstone { try ledger.checkValueSize(change.size) }
-                        } catch {
-                            decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
-                            continue
-                        }
-                        given.lost = change.kept
+                // A repeat, or superseded: the client fetches the winner. One that conflicts
+                // with it is kept as the key's conflict (the newest such), and the winner given
+                // again with it, at a new cursor and as no new version, for every mount to see.
+                if current.stamp > change.stamp, ConflictRule.conflict(change, with: current),
+                   ConflictRule.keeps(change.kept, over: current.lost) {
+                    // A kept change counts against the byte quota until it is settled.
+                    let usage = decision.state.usage
+                    let after = QuotaUsage(bytes: usage.bytes + change.size - (current.lost?.size ?? 0), keys: usage.keys)
+                    do {
+                        if !change.isTombstone { try ledger.checkValueSize(change.size) }
+                        try ledger.checkResult(before: usage, after: after, added: change.size)
+                    } catch {
+                        decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
+                        continue
                     }
+                    var given = current
+                    given.lost = change.kept
+                    decision.state.usage = after
                     decision.state.cursor += 1
                     decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
                     latest[change.key] = given
@@ -108,11 +111,14 @@ package enum CloudLedger {
             }
             // A deletion of a key the store does not hold is stored too: the store may have
             // lost the key (restored from a backup) while a mount that still holds its value
-            // will push it back; the deletion, newer, must pass it over.
+            // will push it back; the deletion, newer, must pass it over. What lost to it
+            // concurrently is the rule's, not the pusher's; it counts against the byte quota
+            // until it is settled, as the key's conflict before did.
+            let lost = current.flatMap { ConflictRule.conflict(change, with: $0) ? $0.kept : nil }
             let usage = decision.state.usage
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(
-                bytes: usage.bytes + change.size - (current?.size ?? 0),
+                bytes: usage.bytes + change.size - (current?.size ?? 0) + (lost?.size ?? 0) - (current?.lost?.size ?? 0),
                 keys: usage.keys + (change.isTombstone ? 0 : 1) - (wasLive ? 1 : 0))
             do {
                 try ledger.checkKeyName(change.key)
@@ -122,10 +128,10 @@ package enum CloudLedger {
                 decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                 continue
             }
-            // What it replaced served its decision; what lost to it is the rule's, not the pusher's.
+            // What it replaced served its decision.
             var stored = change
             stored.replaces = nil
-            stored.lost = current.flatMap { ConflictRule.isConcurrent(change, with: $0) ? $0.kept : nil }
+            stored.lost = lost
             if stored.lost != nil || current?.lost != nil { notAsPushed = true }
             decision.state.cursor += 1
             decision.state.usage = after

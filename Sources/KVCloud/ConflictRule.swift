@@ -12,7 +12,8 @@ import KVStore
 ///
 /// The merge rule is untouched: of two concurrent changes, the greater stamp wins. The other
 /// is kept as the key's open conflict (`StampedChange.lost`), the newest such change if
-/// several lost, until a change that replaces the winner settles it.
+/// several lost, until a change that replaces the winner settles it. Two concurrent changes
+/// with the same value (or both removals) agree: no conflict.
 package enum ConflictRule {
     /// Whether `change` was written without its writer holding `current`.
     package static func isConcurrent(_ change: StampedChange, with current: StampedChange) -> Bool {
@@ -21,11 +22,10 @@ package enum ConflictRule {
         return replaces != .change(current.stamp)
     }
 
-    /// Whether the pusher of a change that lost may hold it over the winner until the remote
-    /// gives the winner again (`ExternalApplyMode.mergeHoldingPending`): any that says what
-    /// it replaced.
-    package static func mayBeHeld(_ change: StampedChange) -> Bool {
-        change.replaces != nil
+    /// Whether `change` and `current` conflict: concurrent, and not the same value (two
+    /// devices that both removed a key, or wrote the same value, agree).
+    package static func conflict(_ change: StampedChange, with current: StampedChange) -> Bool {
+        isConcurrent(change, with: current) && (change.value != current.value || change.type != current.type)
     }
 
     /// Whether `loser`, which lost to the key's change, is kept rather than the conflict the

@@ -14,7 +14,7 @@ extension SQLiteCloudStorage {
         let type = try valueType(row)
         let value: Data? = try row.decode(forColumn: "value")
         guard (value == nil) == (type == nil) else { throw UnreadableRow("it has a type without a value, or a value without a type") }
-        return StampedChange(key: key, value: value, type: type, stamp: try stamp(row), lost: try lost(row))
+        return StampedChange(key: key, value: value, type: type, stamp: try stamp(row))
     }
 
     /// A stored change's open conflict (columns `lost…`), nil when it has none; read with the
@@ -158,7 +158,14 @@ extension SQLiteCloudStorage {
                     let keyBytes: Data = try row.decode(forColumn: "key")
                     let key = String(decoding: keyBytes, as: UTF8.self)
                     do {
-                        rows[key] = try SQLiteCloudStorage.change(row)
+                        var change = try SQLiteCloudStorage.change(row)
+                        do {
+                            change.lost = try SQLiteCloudStorage.lost(row)
+                        } catch {
+                            // Another program's: no conflict, which the push decides anew.
+                            change.lost = nil
+                        }
+                        rows[key] = change
                     } catch {
                         unreadable[key] = String(describing: error)
                     }

@@ -104,6 +104,19 @@ public final class SQLiteCloudStorage: CloudStorage {
                 t.add(column: "lostCounter", .integer)
                 t.add(column: "lostDevice", .text)
             }
+            // An older kvsfs sharing the file writes a new change without these columns: what
+            // lost to the change it replaced does not go with the new one. (This kvsfs never
+            // writes a new change with the same conflict as the one before.)
+            try db.execute(sql: """
+                CREATE TRIGGER cloudChangeLostGoesWithItsWinner AFTER UPDATE OF time, counter, device ON cloudChange
+                WHEN NOT (NEW.time = OLD.time AND NEW.counter = OLD.counter AND NEW.device = OLD.device)
+                    AND NEW.lostDevice IS NOT NULL AND NEW.lostTime IS OLD.lostTime AND NEW.lostCounter IS OLD.lostCounter
+                    AND NEW.lostDevice IS OLD.lostDevice
+                BEGIN
+                    UPDATE cloudChange SET lostValue = NULL, lostType = NULL, lostTime = NULL, lostCounter = NULL, lostDevice = NULL
+                    WHERE store = NEW.store AND key = NEW.key;
+                END
+                """)
         }
         return migrator
     }
@@ -191,11 +204,17 @@ public final class SQLiteCloudStorage: CloudStorage {
                     let newest = try Self.cursor(of: store, db)
                     if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
                 }
-                var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit, keepsConflicts: true)
+                var batch = ChangeBatch(changes: [], cursor: cursor, complete: rows.count <= limit)
                 for row in rows.prefix(limit) {
                     batch.cursor = try row.decode(forColumn: "cursor")
                     do {
-                        let change = try Self.change(row)
+                        var change = try Self.change(row)
+                        do {
+                            change.lost = try Self.lost(row)
+                        } catch {
+                            // The change goes on without it: a broken conflict never holds its winner back.
+                            batch.unreadable.append("the conflict kept with the row at cursor \(batch.cursor) cannot be read: \(error)")
+                        }
                         batch.changes.append(change)
                         batch.mark = HistoryMark(key: change.key, cursor: batch.cursor, stamp: change.stamp)
                     } catch {

@@ -47,7 +47,7 @@ extension PostgresServerStorage {
                 let newest = try await self.cursor(of: store)
                 if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
             }
-            return ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark, keepsConflicts: true)
+            return ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark)
         }
     }
 

@@ -68,7 +68,7 @@ extension PostgresServerStorage {
                 // history, swept or not: what it had before this write goes (checked against the
                 // removal's version by the statement). A removal this group wrote is new.
                 let written = RowKey(store: push.store, key: change.key)
-                if touched.insert(written).inserted, locked.rows[push.store]?[change.key]?.change.isTombstone == true {
+                if write.isVersion, touched.insert(written).inserted, locked.rows[push.store]?[change.key]?.change.isTombstone == true {
                     forgotten.append((written, cursor, history.policy.oldestKeptRemoval(now: push.admitted.now)))
                 }
                 let row = KeyRow(change: change, cursor: cursor)

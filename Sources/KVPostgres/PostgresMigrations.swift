@@ -74,10 +74,32 @@ enum PostgresSchema {
         },
         PostgresMigration(name: "v3 kept conflicts") { db, logger in
             // Each key's open conflict: the change that lost to its latest one (ConflictRule).
-            try await db.query("""
+            for statement in [
+                """
                 ALTER TABLE kvsfs_change ADD COLUMN lost_value bytea, ADD COLUMN lost_type text, ADD COLUMN lost_time bigint,
                     ADD COLUMN lost_counter integer, ADD COLUMN lost_device text
-                """, logger: logger)
+                """,
+                // An older instance writes a new change without these columns: what lost to the
+                // change it replaced does not go with the new one.
+                """
+                CREATE FUNCTION kvsfs_lost_goes_with_its_winner() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF (NEW.time, NEW.counter, NEW.device) IS DISTINCT FROM (OLD.time, OLD.counter, OLD.device)
+                       AND (NEW.lost_time, NEW.lost_counter, NEW.lost_device) IS NOT DISTINCT FROM
+                           (OLD.lost_time, OLD.lost_counter, OLD.lost_device) THEN
+                        NEW.lost_value := NULL; NEW.lost_type := NULL; NEW.lost_time := NULL;
+                        NEW.lost_counter := NULL; NEW.lost_device := NULL;
+                    END IF;
+                    RETURN NEW;
+                END $$
+                """,
+                """
+                CREATE TRIGGER kvsfs_change_lost BEFORE UPDATE ON kvsfs_change
+                    FOR EACH ROW EXECUTE FUNCTION kvsfs_lost_goes_with_its_winner()
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
         },
     ]
 

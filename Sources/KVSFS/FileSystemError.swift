@@ -42,6 +42,7 @@ public enum ErrnoMapping {
             switch error {
             case .invalidPropertyList, .emptyKey, .invalidKey, .invalidStamp, .invalidStoreName: return EINVAL
             case .readOnly: return EROFS
+            case .conflictChanged: return EAGAIN
             case .valueTooLarge: return EFBIG
             case .storeFull: return EDQUOT
             case .tooManyKeys: return ENOSPC

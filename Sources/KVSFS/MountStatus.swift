@@ -34,7 +34,8 @@ public struct MountStatus: Sendable, Equatable, Codable {
     @Nullable public var offlineReason: String?
     /// When a round last succeeded; nil if none has (or there is no remote).
     @Nullable public var lastSync: Date?
-    /// Keys whose latest change no remote has accepted yet.
+    /// Keys whose latest change no remote has accepted yet, and local changes a remote change
+    /// replaced before they were pushed (pushed all the same, to be kept as conflicts).
     public var pending: Int
     /// Keys with an open conflict (`kvsfs conflicts`).
     public var conflicts: Int
@@ -71,7 +72,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
             offlineReason = String(String.UnicodeScalarView(reason.unicodeScalars.prefix(Self.reasonLimit)))
         }
         lastSync = sync?.lastSync
-        pending = store.pendingCount
+        pending = store.pendingCount + store.unsentLosses().count
         conflicts = store.conflictCount
         bytes = Usage(used: usage.bytes, quota: limits.totalBytes)
         keys = Usage(used: usage.keys, quota: limits.keys)

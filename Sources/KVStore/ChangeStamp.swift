@@ -175,46 +175,15 @@ public struct KeptChange: Hashable, Sendable, Codable {
     }
 
     public var isRemoval: Bool { value == nil }
-}
-
-/// A key's open conflict as a mount knows it: the change that lost, kept, and the one that
-/// won, as the remote decided them.
-public struct KeyConflict: Hashable, Sendable, Codable {
-    public var key: String
-    public var lost: KeptChange
-    public var won: KeptChange
-
-    public init(key: String, lost: KeptChange, won: KeptChange) {
-        self.key = key
-        self.lost = lost
-        self.won = won
-    }
-
-    /// Both changes in one line, as `user.kvsfs.conflict` gives them:
-    /// `lost TIME DEVICE TYPE SIZE; won TIME DEVICE TYPE SIZE`, each time ISO 8601 UTC to the
-    /// millisecond, the type `removed` (and no size) for a removal.
-    public var summary: String {
-        "lost \(lost.summary); won \(won.summary)"
-    }
-}
-
-extension KeptChange {
-    /// `TIME DEVICE TYPE SIZE`, or `TIME DEVICE removed`.
-    public var summary: String {
-        let time = stamp.date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
-        guard let type, let value else { return "\(time) \(stamp.device) removed" }
-        return "\(time) \(stamp.device) \(type.rawValue) \(value.count)"
-    }
+    /// What the value counts against a quota (0 for a removal).
+    public var size: Int { value?.count ?? 0 }
 }
 
 /// How an external change is taken in.
 public enum ExternalApplyMode: Sendable, Equatable {
-    /// By the merge rule: only when it is newer than what the store has.
+    /// By the merge rule: only when it is newer than what the store has. A pending local change
+    /// it replaces is still pushed (an unsent loss), for the remote to keep as a conflict.
     case merge
-    /// By the merge rule, except that a key whose latest change is still pending keeps it: from
-    /// a remote that keeps conflicts, which decides between the two once the change is pushed
-    /// and gives the winner again.
-    case mergeHoldingPending
     /// Unconditionally, marking the key refused: the rollback of a change the remote refused.
     case rollback
     /// Unconditionally: the store now follows another account's values.

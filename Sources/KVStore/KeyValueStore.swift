@@ -45,6 +45,10 @@ public final class KeyValueStore: Sendable {
         var settings: [String: String?] = [:]
         /// The keys' open conflicts, as the remote last gave them (`takeConflicts`).
         var conflicts: [String: KeyConflict] = [:]
+        /// Pending changes a newer remote change replaced before they were pushed, each with
+        /// what it replaced: pushed all the same (`pendingChanges`), so that no local change
+        /// is lost without the remote keeping it.
+        var unsentLosses: [StampedChange] = []
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
 
         /// The pending keys are rebuilt from the sync states of `changes`: what the database holds
@@ -66,6 +70,13 @@ public final class KeyValueStore: Sendable {
         mutating func setChange(_ key: String, _ change: ChangeMeta?) {
             changes[key] = change
             if change?.syncState == .pending { pendingKeys.insert(key) } else { pendingKeys.remove(key) }
+        }
+
+        /// Sets what `key`'s latest change replaced, if the key has one.
+        mutating func setBase(_ base: Replaced, of key: String) {
+            guard var change = changes[key] else { return }
+            change.base = base
+            setChange(key, change)
         }
 
         /// Sets where `key`'s latest change stands with the remote, if the key has one.
@@ -148,6 +159,7 @@ public final class KeyValueStore: Sendable {
                     journal: journal,
                     quarantine: quarantine)
                 state.conflicts = try Self.loadConflicts(db)
+                state.unsentLosses = try Self.loadUnsentLosses(db)
                 return (state, device)
             }
             if !refused.isEmpty { try quarantine.append(refused) }

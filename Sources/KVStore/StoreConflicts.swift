@@ -1,8 +1,23 @@
 import Foundation
 import GRDB
 
-/// The keys' open conflicts as the remote gives them with its changes, kept in table
-/// `conflict`, and the write that settles one by keeping the value the key shows.
+// The keys' open conflicts as the remote gives them with its changes, kept in table
+// `conflict`, and the write that settles one; the unsent losses (table `unsentLoss`).
+
+/// A key's open conflict as a mount knows it: the change that lost, kept, and the one that
+/// won, as the remote decided them.
+public struct KeyConflict: Hashable, Sendable, Codable {
+    public var key: String
+    public var lost: KeptChange
+    public var won: KeptChange
+
+    public init(key: String, lost: KeptChange, won: KeptChange) {
+        self.key = key
+        self.lost = lost
+        self.won = won
+    }
+}
+
 extension KeyValueStore {
     /// Every open conflict, by key.
     public func conflicts() -> [KeyConflict] {
@@ -47,21 +62,51 @@ extension KeyValueStore {
         }
     }
 
-    /// Writes `key`'s value (or its removal) again as a new local change, pending a push, even
-    /// though it is the one the store holds: how a conflict is settled by keeping what the key
-    /// shows. Refused like any write on a read-only store; a key never written has nothing to
-    /// write again.
-    public func rewrite(_ key: String) throws(StoreError) {
+    /// Settles `conflict`, which must still be its key's open conflict, by keeping `side` (its
+    /// lost or its won change): `side`'s value (or removal) becomes the key's latest change,
+    /// pending a push, stamped after both the key's latest change and the winner, and replacing
+    /// the winner, which the mount has seen: the remote takes it as sequential and settles the
+    /// conflict everywhere (`ConflictRule`). A new change even when the key shows that value
+    /// already. Checked against the quotas as any write. Returns the key's entry before and
+    /// after.
+    public func settle(_ conflict: KeyConflict, keeping side: KeptChange) throws(StoreError) -> (before: Entry?, after: Entry?) {
         if let reason = readOnlyReason.withLock({ $0 }) { throw .readOnly(reason) }
-        try state.withLock { (state: inout State) throws(StoreError) in
-            guard let previous = state.changes[key] else { throw .noSuchKey(key) }
+        let key = conflict.key
+        var entry: Entry?
+        if let xml = side.value {
+            let value = try PropertyListCodec.decode([UInt8](xml))
+            guard value.type == side.type else { throw .invalidPropertyList("the kept change is not a value of its type") }
+            entry = try QuotaLedger(limits: limits).checkedEntry(key, value, modifiedAt: Date(timeIntervalSince1970: 0))
+        }
+        let settled = try state.withLock { (state: inout State) throws(StoreError) -> (before: Entry?, after: Entry?) in
+            guard state.conflicts[key] == conflict else { throw .conflictChanged(key) }
+            let before = state.entries[key]
+            let usage = state.usage.replacing(before, with: entry)
+            try QuotaLedger(limits: state.limits).checkResult(before: state.usage, after: usage, added: entry?.size ?? 0)
             var clock = state.clock
-            let stamp = clock.stamp(physical: milliseconds(now()), after: previous.stamp)
-            let entry = state.entries[key].map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
-            try commit([(key, entry, stamp, .pending)], in: &state)
+            let latest = max(state.changes[key]?.stamp ?? conflict.won.stamp, conflict.won.stamp)
+            let stamp = clock.stamp(physical: milliseconds(now()), after: latest)
+            let after = entry.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
+            try commit([(key, after, stamp, .pending)], in: &state)
             state.clock = clock
+            state.usedBytes = usage.bytes
+            // What it replaces is the winner, whatever was pending before: in the index, and in
+            // the database with the journal that holds the change.
+            state.setBase(.change(conflict.won.stamp), of: key)
+            try write(&state) { db in try Self.saveBase(conflict.won.stamp, of: key, db) }
+            return (before, after)
         }
         changeObserver.withLock { $0 }?.notify()
+        return settled
+    }
+
+    static func saveBase(_ base: ChangeStamp, of key: String, _ db: Database) throws {
+        let update = DirectBinding(try db.cachedStatement(sql: "UPDATE entry SET baseTime = ?, baseCounter = ?, baseDevice = ? WHERE key = ?"))
+        try update.bind(1, base.time)
+        try update.bind(2, Int64(base.counter))
+        try update.bind(3, base.device)
+        try update.bind(4, key)
+        try update.run(in: db)
     }
 
     static func saveConflicts(_ updated: [String: KeyConflict?], _ db: Database) throws {
@@ -114,5 +159,66 @@ extension KeyValueStore {
             conflicts[key] = KeyConflict(key: key, lost: try side("lost"), won: try side("won"))
         }
         return conflicts
+    }
+}
+
+/// An unsent loss by its key and stamp: what a push answer names it by.
+struct LossName: Hashable {
+    let key: String
+    let stamp: ChangeStamp
+}
+
+extension KeyValueStore {
+    static func saveUnsentLosses(_ losses: [StampedChange], _ db: Database) throws {
+        let insert = try db.cachedStatement(sql: """
+            INSERT OR REPLACE INTO unsentLoss (key, value, type, time, counter, device, baseTime, baseCounter, baseDevice)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        for loss in losses {
+            let row = DirectBinding(insert)
+            try row.bind(1, loss.key)
+            try row.bind(2, loss.value)
+            try row.bind(3, loss.type?.rawValue)
+            try row.bind(4, loss.stamp.time)
+            try row.bind(5, Int64(loss.stamp.counter))
+            try row.bind(6, loss.stamp.device)
+            switch loss.replaces {
+            case .change(let base)?:
+                try row.bind(7, base.time)
+                try row.bind(8, Int64(base.counter))
+                try row.bind(9, base.device)
+            case .unknown?, nil:
+                try row.bind(7, Int64(0))
+                try row.bind(8, Int64(0))
+                try row.bind(9, "")  // as `ChangeRecord.base` reads it: not known
+            case .nothing?:
+                break
+            }
+            try row.run(in: db)
+        }
+    }
+
+    static func deleteUnsentLosses(_ losses: [StampedChange], _ db: Database) throws {
+        let delete = try db.cachedStatement(sql: "DELETE FROM unsentLoss WHERE key = ? AND time = ? AND counter = ? AND device = ?")
+        for loss in losses {
+            let row = DirectBinding(delete)
+            try row.bind(1, loss.key)
+            try row.bind(2, loss.stamp.time)
+            try row.bind(3, Int64(loss.stamp.counter))
+            try row.bind(4, loss.stamp.device)
+            try row.run(in: db)
+        }
+    }
+
+    /// The unsent losses, oldest first, each column read with its type checked.
+    static func loadUnsentLosses(_ db: Database) throws -> [StampedChange] {
+        let rows = try Row.fetchAll(db, sql: """
+            SELECT CAST(key AS BLOB) AS key, value, type, modifiedAt, 0 AS sequence, counter, device, 'pending' AS syncState,
+                   baseTime, baseCounter, baseDevice FROM (SELECT *, time AS modifiedAt FROM unsentLoss) ORDER BY time, counter, device
+            """)
+        return try rows.map { row in
+            let record = try ChangeRecord(row: row)
+            return StampedChange(key: record.key, value: record.value, type: record.type, stamp: record.stamp, replaces: record.base)
+        }
     }
 }

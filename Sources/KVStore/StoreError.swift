@@ -24,6 +24,9 @@ public enum StoreError: Error, Equatable, Sendable {
     case database(String)
     /// Local writes are refused: the remote only lets this device read the store.
     case readOnly(String)
+    /// A key's conflict is no longer the one a request named (a later change settled or
+    /// replaced it).
+    case conflictChanged(String)
 }
 
 extension StoreError: CustomStringConvertible {
@@ -42,6 +45,7 @@ extension StoreError: CustomStringConvertible {
         case .invalidStoreName(let name): "invalid store name \(name): use letters, digits, '.', '_' and '-'"
         case .database(let message): "database error: \(message)"
         case .readOnly(let reason): "the store is read-only here: \(reason)"
+        case .conflictChanged(let key): "the conflict of \(key.debugDescription) is not the one named: it changed since it was read"
         }
     }
 }

@@ -104,7 +104,7 @@ enum StoreSchema {
             // refused a key that begins with one. A key may hold NUL (shown as %00).
             try rebuildEntryTable(db, keyCheck: "key <> ''")
         }
-        migrator.registerMigration("v5 what pending changes replaced, open conflicts") { db in
+        migrator.registerMigration("v5 what pending changes replaced, open conflicts, unsent losses") { db in
             try db.alter(table: "entry") { t in
                 t.add(column: "baseTime", .integer)
                 t.add(column: "baseCounter", .integer)
@@ -121,6 +121,20 @@ enum StoreSchema {
                     t.column("\(side)Counter", .integer).notNull()
                     t.column("\(side)Device", .text).notNull()
                 }
+            }
+            // Pending changes a newer remote change replaced before they were pushed: kept to be
+            // pushed all the same, so that the remote keeps them as conflicts.
+            try db.create(table: "unsentLoss", options: [.withoutRowID]) { t in
+                t.column("key", .text).notNull()
+                t.column("value", .blob)
+                t.column("type", .text)
+                t.column("time", .integer).notNull()
+                t.column("counter", .integer).notNull()
+                t.column("device", .text).notNull()
+                t.column("baseTime", .integer)
+                t.column("baseCounter", .integer)
+                t.column("baseDevice", .text)
+                t.primaryKey(["key", "time", "counter", "device"])
             }
         }
         return migrator

@@ -32,17 +32,30 @@ extension KeyValueStore {
     }
 
     /// The latest change of every key not yet accepted by the remote: one per key, so that a
-    /// burst of writes to a key travels as its last state. Costs the pending keys, not all keys.
+    /// burst of writes to a key travels as its last state. Each says what it replaces. Costs
+    /// the pending keys, not all keys.
     public func pendingChanges() -> [StampedChange] {
-        state.withLock { state in
-            state.pendingKeys.compactMap { key in
-                state.changes[key].map { meta in
-                    var change = Self.stampedChange(key, meta.stamp, state.entries[key])
-                    change.replaces = meta.base
-                    return change
-                }
+        state.withLock { state in Self.pendingChanges(state).sorted { $0.stamp < $1.stamp } }
+    }
+
+    /// Pending changes a newer remote change replaced before they were pushed (see `merge`),
+    /// oldest first.
+    public func unsentLosses() -> [StampedChange] {
+        state.withLock { $0.unsentLosses }
+    }
+
+    /// What a push sends: the pending changes and the unsent losses, oldest first.
+    public func changesToPush() -> [StampedChange] {
+        state.withLock { state in (Self.pendingChanges(state) + state.unsentLosses).sorted { $0.stamp < $1.stamp } }
+    }
+
+    private static func pendingChanges(_ state: State) -> [StampedChange] {
+        state.pendingKeys.compactMap { key in
+            state.changes[key].map { meta in
+                var change = stampedChange(key, meta.stamp, state.entries[key])
+                change.replaces = meta.base
+                return change
             }
-            .sorted { $0.stamp < $1.stamp }
         }
     }
 
@@ -80,15 +93,20 @@ extension KeyValueStore {
     /// synced and the tombstones it accepted but did not store are forgotten (as `markPushed`
     /// and `forget` do), and `setting`, when given, is saved with them (the sync position the
     /// push moved): all of it is stored, or none, and the index changes only once it is.
-    public func recordPush(accepted: [StampedChange] = [], notStored: [StampedChange] = [],
+    public func recordPush(accepted: [StampedChange] = [], notStored: [StampedChange] = [], refused: [StampedChange] = [],
                            setting: (name: String, value: String)? = nil) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
             let synced = accepted.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }.map(\.key)
             let forgotten = notStored.filter {
                 $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp
             }.map(\.key)
-            guard !synced.isEmpty || !forgotten.isEmpty || setting != nil else { return }  // take no transaction for nothing
+            // An unsent loss the remote answered for (accepted: kept as a conflict or passed over;
+            // refused: the remote said why) has been pushed.
+            let answered = Set((accepted + refused).map { LossName(key: $0.key, stamp: $0.stamp) })
+            let pushedLosses = state.unsentLosses.filter { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
+            guard !synced.isEmpty || !forgotten.isEmpty || !pushedLosses.isEmpty || setting != nil else { return }  // take no transaction for nothing
             try write(&state) { db in
+                try Self.deleteUnsentLosses(pushedLosses, db)
                 try Self.saveSyncState(.synced, for: synced, db)
                 if !forgotten.isEmpty {
                     let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
@@ -100,6 +118,7 @@ extension KeyValueStore {
                 }
                 if let setting { try Self.saveSetting(setting.name, setting.value, db) }
             }
+            state.unsentLosses.removeAll { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
             for key in synced { state.setSyncState(.synced, of: key) }
             for key in forgotten { state.setChange(key, nil) }
             if let setting { state.settings[setting.name] = .some(setting.value) }
@@ -139,9 +158,9 @@ extension KeyValueStore {
     }
 
     /// Takes in changes made elsewhere. With `.merge`, a change replaces the key's value only
-    /// when its stamp is greater (an equal stamp is the remote confirming the local change);
-    /// `.mergeHoldingPending` leaves a pending local change in place too; the other modes
-    /// replace unconditionally. External changes are not checked against the
+    /// when its stamp is greater (an equal stamp is the remote confirming the local change),
+    /// and a pending local change it replaces becomes an unsent loss, still to be pushed; the
+    /// other modes replace unconditionally. External changes are not checked against the
     /// local limits: the remote enforces the store's quotas, and replicas must converge.
     /// Returns the keys whose visible value changed.
     @discardableResult
@@ -149,24 +168,34 @@ extension KeyValueStore {
         try state.withLock { (state: inout State) throws(StoreError) -> [String] in
             var rows = [(key: String, entry: Entry?, stamp: ChangeStamp, syncState: SyncState)]()
             var confirmed = [StampedChange]()
+            var losses = [StampedChange]()
             var latest = [String: StampedChange]()
             for change in changes where latest[change.key].map({ change.stamp > $0.stamp }) ?? true {
                 latest[change.key] = change
             }
             for change in latest.values.sorted(by: { $0.stamp < $1.stamp }) {
                 let current = state.changes[change.key]
-                if mode == .merge || mode == .mergeHoldingPending, let current, change.stamp <= current.stamp {
+                if mode == .merge, let current, change.stamp <= current.stamp {
                     if change.stamp == current.stamp, current.syncState == .pending { confirmed.append(change) }
                     continue
                 }
-                // Kept for the push, whose remote decides between them and gives the winner again.
-                if mode == .mergeHoldingPending, current?.syncState == .pending { continue }
+                if mode == .merge, let current, current.syncState == .pending {
+                    var loss = Self.stampedChange(change.key, current.stamp, state.entries[change.key])
+                    loss.replaces = current.base
+                    losses.append(loss)
+                }
                 let entry = change.value.map {
                     Entry(key: change.key, xml: [UInt8]($0), type: change.type ?? .string, modifiedAt: change.stamp.date)
                 }
                 rows.append((change.key, entry, change.stamp, mode == .rollback ? .refused : .synced))
             }
             let changed = rows.filter { state.entries[$0.key]?.xml != $0.entry?.xml }.map(\.key)
+            // Kept before the rows that replace them are committed: a crash in between pushes
+            // a loss still pending, twice at worst, which is harmless.
+            if !losses.isEmpty {
+                try write(&state) { db in try Self.saveUnsentLosses(losses, db) }
+                state.unsentLosses += losses
+            }
             var bytes = state.usedBytes
             for row in rows { bytes += (row.entry?.size ?? 0) - (state.entries[row.key]?.size ?? 0) }
             try commit(rows, in: &state)

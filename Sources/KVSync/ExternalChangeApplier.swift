@@ -77,7 +77,7 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
     /// Takes `changes` into the store in one transaction, then shows each key whose value
     /// changed through the mount. A store failure is thrown before anything is shown.
     private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) throws -> [String] {
-        let taken = mode == .merge || mode == .mergeHoldingPending ? changes.filter(store.accepts) : changes
+        let taken = mode == .merge ? changes.filter(store.accepts) : changes
         guard !taken.isEmpty else { return [] }
         // Opened first: opening lists the directory, which gives the keys in the store nodes.
         root = openMountRoot()

@@ -81,7 +81,7 @@ public final class SyncEngine: Sendable {
     /// the round, which pushes again and rolls back.
     public func pushNow() async throws {
         defer { wake.signal() }
-        let pending = store.pendingChanges()
+        let pending = store.changesToPush()
         do {
             if pending.isEmpty {
                 _ = try await remote.identity()  // reachable?

@@ -21,7 +21,6 @@ extension SyncEngine {
         var newer = [String: StampedChange]()
         // Every change taken in, in the remote's order: each key's last says its open conflict.
         var given = [StampedChange]()
-        var keepsConflicts = false
         while true {
             let batch: ChangeBatch
             do {
@@ -35,7 +34,6 @@ extension SyncEngine {
             var confirmations = [StampedChange]()
             let admitted = admit(batch)
             given += admitted
-            keepsConflicts = batch.keepsConflicts
             for change in admitted {
                 if store.accepts(change) {
                     if newer[change.key].map({ change.stamp > $0.stamp }) ?? true { newer[change.key] = change }
@@ -50,11 +48,7 @@ extension SyncEngine {
             guard batch.complete || newer.count >= Self.keysPerApply else { continue }
             // A failure leaves the cursor where it was: the round fails, and the next one
             // (after backoff) fetches and applies these changes again.
-            // A pending local change a newer one would replace is held when the remote keeps
-            // conflicts: this round's push has not taken it, the next one will, and the remote
-            // then decides between them and gives the winner again.
-            let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp },
-                                                               mode: keepsConflicts ? .mergeHoldingPending : .merge)
+            let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp }, mode: .merge)
             let conflicts = try store.takeConflicts(from: given)
             given.removeAll(keepingCapacity: true)
             if fetched != position || !recorded {
@@ -108,8 +102,9 @@ extension SyncEngine {
     /// remote holds it as it is, so fetching it again would give the same.
     private func admit(_ batch: ChangeBatch) -> [StampedChange] {
         let admission = ChangeAdmission.admit(batch.changes, policy: .fetched)
-        if !admission.refused.isEmpty || !batch.unreadable.isEmpty {
+        if !admission.refused.isEmpty || !batch.unreadable.isEmpty || !admission.droppedConflicts.isEmpty {
             let reasons = admission.refused.map { "\($0.change.key.debugDescription): \($0.reason)" } + batch.unreadable
+                + admission.droppedConflicts
             onEvent(SyncEvent(reason: .refusedRemoteChange, keys: admission.refused.map(\.change.key).sorted(),
                               message: reasons.joined(separator: "; ")))
         }

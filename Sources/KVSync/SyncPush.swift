@@ -15,7 +15,7 @@ extension SyncEngine {
         if outcome.mark != nil, let known, known.after(outcome) != known { next = known.after(outcome) }
         // The marks and the position in one local transaction, taken only once the remote has
         // answered: a push that fails leaves every change pending and the position as it was.
-        try store.recordPush(accepted: outcome.accepted, notStored: outcome.notStored,
+        try store.recordPush(accepted: outcome.accepted, notStored: outcome.notStored, refused: outcome.refused.map(\.change),
                              setting: try next.map { (Self.cursorSetting, try $0.setting) })
         if let next { knownPosition.update { $0 = next } }
         return outcome
@@ -23,7 +23,7 @@ extension SyncEngine {
 
     func push() async throws {
         guard store.readOnly == nil else { return }
-        let pending = store.pendingChanges()
+        let pending = store.changesToPush()
         guard !pending.isEmpty else { return }
         let outcome: PushOutcome
         do {
@@ -31,7 +31,7 @@ extension SyncEngine {
         } catch let error as CloudError where error.isHistoryMismatch {
             // Found before anything was pushed into the other history: take it in first.
             try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
-            outcome = try await send(store.pendingChanges())
+            outcome = try await send(store.changesToPush())
         }
         guard !outcome.refused.isEmpty else { return }
         // Roll each refused change back to what the remote holds (or to nothing).

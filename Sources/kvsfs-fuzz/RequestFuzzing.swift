@@ -6,8 +6,9 @@ import KVWire
 /// string or an `Authorization` header, the rest is it.
 ///
 /// Invariants: nothing traps; a push that is read re-encodes (as a client sends it) to bodies
-/// that read back as the same changes, and the change rule (`ChangeAdmission`) admits or
-/// refuses each of them, admitted ones with NFC keys and canonical values; a query's values (a
+/// that read back as the same changes (what each replaces, and what lost to it, included),
+/// and the change rule (`ChangeAdmission`) admits or refuses each of them, admitted ones with
+/// NFC keys and canonical values, theirs and those of what lost to them; a query's values (a
 /// history mark and a history request's key and version included) are within their ranges and read back from the query a client writes
 /// for them; a bearer token read is one a header carries back.
 enum RequestFuzzing {
@@ -43,8 +44,9 @@ enum RequestFuzzing {
         for change in admission.changes {
             guard KeyName.isCanonical(change.key) else { fatalError("admitted a key not in NFC: \(change.key.debugDescription)") }
             let whole = PropertyListDecodingLimits(maxBytes: ChangeAdmission.largestValue)
-            if let value = change.value, (try? PropertyListCodec.decode(value, limits: whole)).flatMap({ try? PropertyListCodec.encodeXML($0) }) == nil {
-                fatalError("admitted a value that does not read back: \(change.key)")
+            for value in [change.value, change.lost?.value].compactMap({ $0 })
+            where (try? PropertyListCodec.decode(value, limits: whole)).flatMap({ try? PropertyListCodec.encodeXML($0) }) == nil {
+                fatalError("admitted a value (or the value of what lost to it) that does not read back: \(change.key)")
             }
         }
     }

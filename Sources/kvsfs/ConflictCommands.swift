@@ -13,7 +13,7 @@ struct Conflicts: ParsableCommand {
             conflict, until a later write settles it (kvsfs resolve, or any write made after the winner was \
             seen). For each: the key's file name, then the change that lost and the one that won, each with when \
             and on which device it was made, its type (removed for a removal), its size and its value as kvsfs \
-            get prints it.
+            get prints it (control characters written as \\u{HEX}).
             """)
 
     @Argument(help: "A kvsfs mount.")
@@ -31,16 +31,25 @@ struct Conflicts: ParsableCommand {
             return
         }
         for conflict in conflicts {
-            print(KeyFileName.fileName(forKey: conflict.key))
+            print(Self.visible(KeyFileName.fileName(forKey: conflict.key)))
             for (label, side) in [("lost", conflict.lost), ("won ", conflict.won)] {
                 let kind = side.type.map { "\($0.rawValue), \(side.value?.count ?? 0) bytes" } ?? "removed"
                 print("  \(label)  \(History.timeText(side.stamp.time))  \(side.stamp.device)  \(kind)")
                 if let value = try ConflictList.value(of: side, key: conflict.key) {
-                    print(try ValueText.plain(value).split(separator: "\n", omittingEmptySubsequences: false)
-                        .dropLast().map { "        " + $0 }.joined(separator: "\n"))
+                    for line in try ValueText.plain(value).dropLast().split(separator: "\n", omittingEmptySubsequences: false) {
+                        print("        " + Self.visible(String(line)))
+                    }
                 }
             }
         }
+    }
+
+    /// `text` with its control characters (a carriage return among them) written as `\u{…}`
+    /// escapes: no key or value can move the cursor, or start a line that reads as a listing's.
+    static func visible(_ text: String) -> String {
+        text.unicodeScalars.map { scalar in
+            scalar.properties.generalCategory == .control ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
+        }.joined()
     }
 }
 
@@ -72,35 +81,9 @@ struct Resolve: ParsableCommand {
         guard let conflict = try ConflictList.fetch(from: key.mountpoint).first(where: { $0.key == key.name }) else {
             throw CommandFailure("\(key.name.debugDescription) has no open conflict")
         }
-        if keepLocal {
-            let lost = try ConflictList.value(of: conflict.lost, key: key.name)
-            switch (lost, try Self.shown(path)) {
-            case (nil, .some):
-                if unlink(path) != 0, errno != ENOENT { throw CommandFailure("cannot remove \(path): \(explain(errno))") }
-                return
-            case (let value?, let shown) where value != shown:
-                try ValueFile.write(try PropertyListCodec.encodeXML(value), to: path)
-                return
-            default:
-                break  // the key shows the change that lost already: written again, below
-            }
-        }
-        _ = try ControlClient.send(ControlRequest(command: .rewrite, key: key.name), to: key.mountpoint)
-    }
-
-    /// The value the key's file shows; nil when it has none.
-    private static func shown(_ path: String) throws -> PropertyListValue? {
-        guard access(path, F_OK) == 0 else {
-            if errno == ENOENT { return nil }
-            throw CommandFailure("cannot read \(path): \(explain(errno))")
-        }
-        do {
-            return try PropertyListCodec.decode(try ValueFile.read(path))
-        } catch let failure as CommandFailure {
-            throw failure
-        } catch {
-            throw CommandFailure("\(path) holds no value the store accepts: \(error)")
-        }
+        // The conflict as read here: one that changed since is refused, not settled blind.
+        _ = try ControlClient.send(ControlRequest(command: .resolve, key: key.name, lost: conflict.lost.stamp, won: conflict.won.stamp,
+                                                  keepLost: keepLocal), to: key.mountpoint)
     }
 }
 

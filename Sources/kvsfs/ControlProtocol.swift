@@ -144,9 +144,10 @@ struct ControlRequest: Codable, Equatable {
         case version
         /// Answered with the store's open conflicts, as JSON `[KeyConflict]`.
         case conflicts
-        /// Writes `key`'s value (or its removal) again as a new change (`KeyValueStore.rewrite`),
-        /// which settles its conflict keeping what it shows; answered with nothing.
-        case rewrite
+        /// Settles the open conflict of `key`, which must still be the one of changes `lost`
+        /// and `won`, by keeping its lost change (`keepLost`) or its won one, as a new change
+        /// (`KeyValueFileSystem.settle`); answered with nothing.
+        case resolve
     }
 
     var command: Command
@@ -156,8 +157,13 @@ struct ControlRequest: Codable, Equatable {
     var replace: Bool?
     /// For an import: say what would change, change nothing.
     var dryRun: Bool?
-    /// For history, version and rewrite: the key.
+    /// For history, version and resolve: the key.
     var key: String?
+    /// For resolve: the stamps of the conflict's changes as the command line read them (the
+    /// values stay with the daemon: a request is at most 64 KiB), and which side to keep.
+    var lost: ChangeStamp?
+    var won: ChangeStamp?
+    var keepLost: Bool?
     /// For version: which one.
     var version: Int64?
     /// The device number of the directory the command named, which must be the mount's.

@@ -144,12 +144,18 @@ final class ControlSocket: @unchecked Sendable {
             return Array(try JSONEncoder().encode(try askRemote { history in try await history.version(version, of: key) }))
         case .conflicts:
             return Array(try JSONEncoder().encode(fileSystem.store.conflicts()))
-        case .rewrite:
+        case .resolve:
             let key = try requestedKey(request)
+            guard let lost = request.lost, let won = request.won, let keepLost = request.keepLost else {
+                throw CommandFailure("the request names no conflict, or no side to keep")
+            }
+            guard let conflict = fileSystem.store.conflict(forKey: key), conflict.lost.stamp == lost, conflict.won.stamp == won else {
+                throw CommandFailure("\(key.debugDescription) has no open conflict of those changes: it changed since it was read")
+            }
             do {
-                try fileSystem.store.rewrite(key)
+                try fileSystem.settle(conflict, keepingLost: keepLost)
             } catch {
-                throw CommandFailure("cannot write \(key.debugDescription) again: \(error)")
+                throw CommandFailure("cannot settle the conflict of \(conflict.key.debugDescription): \(error)")
             }
             return []
         }

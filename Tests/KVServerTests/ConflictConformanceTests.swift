@@ -106,6 +106,20 @@ struct ConflictConformanceTests {
         }
     }
 
+    @Test("two concurrent removals, or the same value written twice, agree: no conflict", arguments: Kind.allCases)
+    func agreeing(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            _ = try await log.push([change("gone", "v", time: Self.now - 900, device: "laptop", replaces: .nothing)], to: store)
+            let base = try #require(try await row("gone", in: log, store)).stamp
+            _ = try await log.push([change("gone", nil, time: Self.now - 500, device: "phone", replaces: .change(base))], to: store)
+            _ = try await log.push([change("gone", nil, time: Self.now - 600, device: "tablet", replaces: .change(base))], to: store)
+            _ = try await log.push([change("same", "v", time: Self.now - 500, device: "phone", replaces: .nothing)], to: store)
+            _ = try await log.push([change("same", "v", time: Self.now - 400, device: "tablet", replaces: .nothing)], to: store)
+            #expect(try await row("gone", in: log, store)?.lost == nil)
+            #expect(try await row("same", in: log, store)?.lost == nil)
+        }
+    }
+
     @Test("a pushed change cannot name what lost to it: the rule decides", arguments: Kind.allCases)
     func pushedLostIgnored(_ kind: Kind) async throws {
         try await ChangeLogConformanceTests().withLog(kind) { log, store in

@@ -5,8 +5,8 @@ import KVTestSupport
 import Testing
 
 /// What the store keeps for conflicts: what each pending change replaced, across a restart;
-/// a pending change held over a newer remote one; the conflicts the remote gives; a key
-/// written again as it is.
+/// a pending change a newer remote one replaced, still to push; the conflicts the remote
+/// gives; a conflict settled.
 @Suite("The store's side of conflicts", .timeLimit(.minutes(1)))
 struct StoreConflictTests {
     func remote(_ key: String, _ text: String?, time: Int64, device: String = "other") -> StampedChange {
@@ -67,17 +67,27 @@ struct StoreConflictTests {
         }
     }
 
-    @Test("held: a newer remote change leaves a pending one in place; merged as before otherwise")
-    func holdingPending() throws {
+    @Test("a pending change a newer remote one replaces is still pushed, with what it replaced, across a restart, until answered")
+    func unsentLoss() throws {
         try withTemporaryDirectory { dir in
-            let store = try makeStore(in: dir)
+            var store: KeyValueStore! = try makeStore(in: dir)
+            let base = remote("k", "base", time: 500)
+            try store.applyExternal([base])
             try store.put(.string("mine"), forKey: "k")
+            let mine = try #require(store.pendingChanges().first)
             let newer = remote("k", "theirs", time: Int64.max / 4)
-            #expect(try store.applyExternal([newer], mode: .mergeHoldingPending).isEmpty)
-            #expect(store.entry(forKey: "k")?.xml == Array(try PropertyListCodec.encodeXML(.string("mine"))))
-            #expect(store.syncState(forKey: "k") == .pending)
-            try store.markPushed(store.pendingChanges())
-            #expect(try store.applyExternal([newer], mode: .mergeHoldingPending) == ["k"], "once pushed, the winner comes in")
+            #expect(try store.applyExternal([newer]) == ["k"], "the merge rule, as always: the newer change is shown")
+            #expect(store.syncState(forKey: "k") == .synced && store.pendingChanges().isEmpty)
+            #expect(store.changesToPush() == [mine], "the change it replaced is pushed all the same")
+            #expect(store.unsentLosses().first?.replaces == .change(base.stamp))
+            store = nil  // the store is held alone: closed before it opens again
+            store = try makeStore(in: dir)
+            #expect(store.changesToPush() == [mine])
+            try store.recordPush(accepted: [mine])
+            #expect(store.changesToPush().isEmpty)
+            store = nil
+            store = try makeStore(in: dir)
+            #expect(store.changesToPush().isEmpty, "answered: gone for good")
         }
     }
 
@@ -108,22 +118,34 @@ struct StoreConflictTests {
         }
     }
 
-    @Test("a key written again as it is: a new pending change with the same value; a removed key's removal too")
-    func rewrite() throws {
+    @Test("settling keeps the side named as a new change replacing the winner, even the value shown; a changed conflict is refused")
+    func settle() throws {
         try withTemporaryDirectory { dir in
-            let store = try makeStore(in: dir)
-            let given = remote("k", "theirs", time: 1000)
-            try store.applyExternal([given])
-            try store.rewrite("k")
-            let again = try #require(store.pendingChanges().first)
-            #expect(again.stamp > given.stamp && again.value == given.value && again.replaces == .change(given.stamp))
-            let removal = remote("gone", nil, time: 1000)
-            try store.applyExternal([remote("gone", "v", time: 900), removal])
-            try store.rewrite("gone")
-            #expect(store.pendingChanges().first { $0.key == "gone" }.map { $0.isTombstone && $0.stamp > removal.stamp } == true)
-            #expect(throws: StoreError.noSuchKey("never")) { try store.rewrite("never") }
+            var store: KeyValueStore! = try makeStore(in: dir)
+            let mine = KeptChange(value: Data(try PropertyListCodec.encodeXML(.string("mine"))), type: .string,
+                                  stamp: ChangeStamp(time: 900, counter: 0, device: "me"))
+            var winner = remote("k", "theirs", time: 1000)
+            winner.lost = mine
+            try store.applyExternal([winner])
+            try store.takeConflicts(from: [winner])
+            let conflict = try #require(store.conflict(forKey: "k"))
+            try store.put(.string("later, offline"), forKey: "k")  // pending, with an older base
+
+            let (before, after) = try store.settle(conflict, keeping: conflict.won)
+            #expect(before?.xml == Array(try PropertyListCodec.encodeXML(.string("later, offline"))))
+            #expect(after?.xml == Array(winner.value ?? Data()), "the winner's value, not what was pending")
+            let settling = try #require(store.pendingChanges().first)
+            #expect(settling.stamp > winner.stamp && settling.replaces == .change(winner.stamp))
+            store = nil
+            store = try makeStore(in: dir)
+            #expect(store.pendingChanges().first?.replaces == .change(winner.stamp), "what it replaced is kept with it")
+
+            _ = try store.settle(conflict, keeping: conflict.lost)
+            #expect(store.entry(forKey: "k")?.xml == Array(mine.value ?? Data()))
+            let removal = KeyConflict(key: "k", lost: KeptChange(value: nil, type: nil, stamp: mine.stamp), won: conflict.won)
+            #expect(throws: StoreError.conflictChanged("k")) { try store.settle(removal, keeping: removal.lost) }
             store.setReadOnly("a read-only token")
-            #expect(throws: StoreError.readOnly("a read-only token")) { try store.rewrite("k") }
+            #expect(throws: StoreError.readOnly("a read-only token")) { try store.settle(conflict, keeping: conflict.won) }
         }
     }
 }

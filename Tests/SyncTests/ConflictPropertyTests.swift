@@ -72,14 +72,14 @@ struct ConflictPropertyTests {
                     knewAtWrite[written.stamp] = before
                 }
             case 3:
-                let pending = replica.store.pendingChanges()
+                let pending = replica.store.changesToPush()
                 try await replica.engine.push()
                 for change in pending { arrive(change, at: &model, knewAtWrite: knewAtWrite) }
                 try checkRemote(storage, against: model, knewAtWrite: knewAtWrite)
             case 4:
                 try await replica.engine.pull()
             default:
-                let pending = replica.store.pendingChanges()
+                let pending = replica.store.changesToPush()
                 try await replica.engine.synchronize()
                 for change in pending { arrive(change, at: &model, knewAtWrite: knewAtWrite) }
                 try checkRemote(storage, against: model, knewAtWrite: knewAtWrite)
@@ -90,7 +90,7 @@ struct ConflictPropertyTests {
         // Twice round: the second lets each replica fetch what the others pushed in the first.
         for _ in 0..<2 {
             for replica in replicas {
-                let pending = replica.store.pendingChanges()
+                let pending = replica.store.changesToPush()
                 try await replica.engine.synchronize()
                 for change in pending { arrive(change, at: &model, knewAtWrite: knewAtWrite) }
             }
@@ -103,7 +103,7 @@ struct ConflictPropertyTests {
             for change in remote {
                 #expect(replica.store.allChanges(forKey: change.key)?.stamp == change.stamp, "replica \(index) holds the remote's \(change.key)")
             }
-            #expect(replica.store.pendingChanges().isEmpty)
+            #expect(replica.store.changesToPush().isEmpty)
         }
     }
 
@@ -114,21 +114,22 @@ struct ConflictPropertyTests {
             return
         }
         guard change.stamp != head.stamp else { return }
-        let concurrent = !(knewAtWrite[change.stamp] ?? []).contains(head.stamp)
+        // Two removals (or one value twice) agree: no conflict.
+        let conflicting = !(knewAtWrite[change.stamp] ?? []).contains(head.stamp) && (change.value != head.value || change.type != head.type)
         if change.stamp < head.stamp {
-            if concurrent, model.lost[change.key].map({ change.stamp > $0 }) ?? true {
+            if conflicting, model.lost[change.key].map({ change.stamp > $0 }) ?? true {
                 model.lost[change.key] = change.stamp
                 Self.tallies.withLock { $0.conflicts += 1 }
             }
             return
         }
-        if concurrent {
+        if conflicting {
             Self.tallies.withLock { $0.conflicts += 1 }
         } else {
             Self.tallies.withLock { $0.sequential += 1 }
             if model.lost[change.key] != nil { Self.tallies.withLock { $0.settled += 1 } }
         }
-        model.lost[change.key] = concurrent ? head.stamp : nil
+        model.lost[change.key] = conflicting ? head.stamp : nil
         model.head[change.key] = change
     }
 

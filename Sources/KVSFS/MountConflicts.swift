@@ -1,0 +1,43 @@
+import FoundationEssentials
+import FuseKit
+import KVStore
+
+/// A conflict settled (`kvsfs resolve`) as the mount shows it: the store takes the kept side
+/// as a new change (`KeyValueStore.settle`), and, as after an import, the key's node is brought
+/// along and the kernel told to forget what it holds of the key.
+extension KeyValueFileSystem {
+    /// Keeps `conflict`'s lost change (`keepingLost`) or its won one, as a new change of its key.
+    public func settle(_ conflict: KeyConflict, keepingLost: Bool) throws {
+        if configuration.readOnly { throw StoreError.readOnly("the mount is read-only") }
+        var notices: [KernelNotice] = []
+        try state.withLock { ns throws in
+            var removedContent: [InodeNumber: [UInt8]] = [:]
+            if let node = ns.names[KeyFileName.fileName(forKey: conflict.key)], node.key == conflict.key, node.openHandles > 0 {
+                removedContent[node.inode] = content(of: node)
+            }
+            let (before, after) = try store.settle(conflict, keeping: keepingLost ? conflict.lost : conflict.won)
+            notices = switch (before, after) {
+            case (nil, nil): []
+            case (nil, .some): show(added: [conflict.key], changed: [], removed: [], removedContent: [:], in: &ns)
+            case (.some, nil): show(added: [], changed: [], removed: [conflict.key], removedContent: removedContent, in: &ns)
+            case (.some, .some): show(added: [], changed: [conflict.key], removed: [], removedContent: [:], in: &ns)
+            }
+        }
+        tell(notices, of: "a settled conflict")
+    }
+}
+
+extension KeyConflict {
+    /// Both changes in one line, as `user.kvsfs.conflict` gives them:
+    /// `lost TIME DEVICE TYPE SIZE; won TIME DEVICE TYPE SIZE`, each time ISO 8601 UTC to the
+    /// millisecond, the type `removed` (and no size) for a removal.
+    var summary: String {
+        "lost \(Self.summary(of: lost)); won \(Self.summary(of: won))"
+    }
+
+    private static func summary(of side: KeptChange) -> String {
+        let time = side.stamp.date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        guard let type = side.type, let value = side.value else { return "\(time) \(side.stamp.device) removed" }
+        return "\(time) \(side.stamp.device) \(type.rawValue) \(value.count)"
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import GRDB
+@testable import KVCloud
+import KVStore
+import KVSync
+import KVTestSupport
+import Testing
+
+/// Conflicts in the file remote's rows as other programs may leave them: an older kvsfs that
+/// writes a new change without the conflict columns, and columns broken by anyone.
+@Suite("Conflicts in the file remote's rows", .timeLimit(.minutes(1)))
+struct FileRemoteConflictTests {
+    func change(_ key: String, _ text: String, time: Int64, device: String, replaces: Replaced?) -> StampedChange {
+        StampedChange(key: key, value: Data(try! PropertyListCodec.encodeXML(.string(text))), type: .string,
+                      stamp: ChangeStamp(time: time, counter: 0, device: device), replaces: replaces)
+    }
+
+    /// A file remote whose key `k` has an open conflict.
+    func conflicted(_ path: String) throws -> SQLiteCloudStorage {
+        let cloud = try SQLiteCloudStorage(path: path, admission: AdmissionPolicy(now: { 10_000 }))
+        _ = try cloud.push([change("k", "winner", time: 2000, device: "phone", replaces: .nothing)], to: "default")
+        _ = try cloud.push([change("k", "loser", time: 1000, device: "laptop", replaces: .nothing)], to: "default")
+        #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost?.stamp.device == "laptop")
+        return cloud
+    }
+
+    @Test("a new change an older kvsfs writes without the conflict columns does not inherit the conflict")
+    func olderWriter() throws {
+        try withTemporaryDirectory { dir in
+            let cloud = try conflicted(dir.path + "/cloud.sqlite")
+            let value = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.value)
+            // An older kvsfs's upsert: it knows none of the lost columns.
+            let queue = try DatabaseQueue(path: dir.path + "/cloud.sqlite")
+            try queue.write { db in
+                try db.execute(sql: """
+                    INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES ('default', 'k', ?, 'string', 3000, 0, 'old', 3)
+                    ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
+                        counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                    """, arguments: [value])
+                try db.execute(sql: "UPDATE cloudStore SET cursor = 3")
+            }
+            try queue.close()
+            let row = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first)
+            #expect(row.stamp.device == "old" && row.lost == nil)
+        }
+    }
+
+    @Test("broken conflict columns: the key's change is still fetched, the conflict reported and left out; a push decides anew")
+    func brokenColumns() async throws {
+        try await withTemporaryDirectory { dir in
+            let cloud = try conflicted(dir.path + "/cloud.sqlite")
+            let queue = try DatabaseQueue(path: dir.path + "/cloud.sqlite")
+            try await queue.write { db in try db.execute(sql: "UPDATE cloudChange SET lostType = 'bogus'") }
+            try queue.close()
+            let batch = try cloud.changes(in: "default", after: 0, limit: 10)
+            #expect(batch.changes.map(\.key) == ["k"] && batch.changes.first?.lost == nil)
+            #expect(batch.unreadable.count == 1 && batch.unreadable.first?.contains("is unknown") == true, "\(batch.unreadable)")
+
+            let store = try makeStore(in: dir)
+            let events = EventRecorder()
+            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }, store: "default")
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            try await engine.synchronize()
+            #expect(store.entry(forKey: "k") != nil, "the winner arrived")
+            #expect(store.conflicts().isEmpty)
+            #expect(events.events.contains { $0.reason == .refusedRemoteChange && $0.message?.contains("conflict") == true })
+
+            let outcome = try cloud.push([change("k", "sequential", time: 4000, device: "phone", replaces: .change(batch.changes[0].stamp))],
+                                         to: "default")
+            #expect(outcome.refused.isEmpty)
+            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost == nil)
+        }
+    }
+
+    @Test("a kept change counts against the byte quota until it is settled: one that would break it is refused, with why")
+    func keptChangesCount() throws {
+        try withTemporaryDirectory { dir in
+            let cloud = try SQLiteCloudStorage(path: dir.path + "/cloud.sqlite", admission: AdmissionPolicy(now: { 10_000 }))
+            let winner = change("k", "winner", time: 2000, device: "phone", replaces: .nothing)
+            let size = winner.size
+            try cloud.setLimits(QuotaLimits(totalBytes: size * 2 + 10, valueBytes: 4096, keys: 10, keyNameBytes: 64), of: "default")
+            _ = try cloud.push([winner], to: "default")
+            _ = try cloud.push([change("k", "loser", time: 1000, device: "laptop", replaces: .nothing)], to: "default")
+            let held = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first)
+            #expect(held.lost != nil)
+            let outcome = try cloud.push([change("other", "value", time: 3000, device: "phone", replaces: .nothing)], to: "default")
+            #expect(outcome.refused.first?.reason.contains("bytes") == true, "the kept change takes its bytes: \(outcome.refused)")
+            // Settled: its bytes are free again.
+            _ = try cloud.push([change("k", "settled", time: 4000, device: "phone", replaces: .change(held.stamp))], to: "default")
+            #expect(try cloud.push([change("other", "value", time: 5000, device: "phone", replaces: .nothing)], to: "default").refused.isEmpty)
+        }
+    }
+}
