@@ -5,7 +5,6 @@ import KVStore
 /// limits, and where sync stands. Each fact is an extended attribute of the root, and
 /// `user.kvsfs.status` holds them all as one JSON object whose field names programs rely on:
 /// rename none of them (kvsfs(1) lists them).
-///
 public struct MountStatus: Sendable, Equatable, Codable {
     /// How the last round with the remote ended; `none` on a mount without a remote.
     public enum Reachability: String, Sendable, Codable {

@@ -100,11 +100,13 @@ extension KeyValueStore {
         return settled
     }
 
-    static func saveBase(_ base: ChangeStamp, of key: String, _ db: Database) throws {
+    /// Sets what `key`'s change replaced: `base`, or not known (nil; the device '', as
+    /// `ChangeRecord.base` reads it).
+    static func saveBase(_ base: ChangeStamp?, of key: String, _ db: Database) throws {
         let update = DirectBinding(try db.cachedStatement(sql: "UPDATE entry SET baseTime = ?, baseCounter = ?, baseDevice = ? WHERE key = ?"))
-        try update.bind(1, base.time)
-        try update.bind(2, Int64(base.counter))
-        try update.bind(3, base.device)
+        try update.bind(1, base?.time ?? 0)
+        try update.bind(2, Int64(base?.counter ?? 0))
+        try update.bind(3, base?.device ?? "")
         try update.bind(4, key)
         try update.run(in: db)
     }

@@ -3,8 +3,8 @@ import GRDB
 
 /// The latest committed change of one key: its value, or a tombstone (nil value) once deleted.
 /// Rows in `sequence` order are the store's change log.
-public struct ChangeRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Equatable {
-    public static let databaseTableName = "entry"
+/// Read only (`record` writes the table): the `entry` table's row, every column checked.
+public struct ChangeRecord: FetchableRecord, Sendable, Equatable {
     public var key: String
     /// The canonical XML property list; nil when the change deleted the key.
     public var value: Data?

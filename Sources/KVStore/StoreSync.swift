@@ -127,10 +127,20 @@ extension KeyValueStore {
 
     /// Makes the latest change of each of `keys` pending again: the remote lost it and it must
     /// be pushed again.
+    /// What such a change replaced is no longer known (the remote that gave it is gone): its
+    /// push is never taken for a conflict.
     public func markPending(_ keys: [String]) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
             let keys = keys.filter { state.changes[$0] != nil && state.changes[$0]?.syncState != .pending }
-            try setSyncState(.pending, for: keys, in: &state)
+            guard !keys.isEmpty else { return }
+            try write(&state) { db in
+                try Self.saveSyncState(.pending, for: keys, db)
+                for key in keys { try Self.saveBase(nil, of: key, db) }
+            }
+            for key in keys {
+                state.setSyncState(.pending, of: key)
+                state.setBase(.unknown, of: key)
+            }
         }
     }
 

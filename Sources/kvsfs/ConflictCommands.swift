@@ -97,7 +97,7 @@ enum ConflictList {
         do {
             conflicts = try JSONDecoder().decode([KeyConflict].self, from: Data(answer))
         } catch {
-            throw CommandFailure("the mount at \(mountpoint) gave an answer that is not one")
+            throw CommandFailure("the mount at \(mountpoint) answered with something other than a list of conflicts: \(error)")
         }
         for conflict in conflicts {
             for side in [conflict.lost, conflict.won] {

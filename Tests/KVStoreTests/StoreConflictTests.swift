@@ -42,6 +42,21 @@ struct StoreConflictTests {
         }
     }
 
+    @Test("a change made pending again for a remote that lost it does not know what it replaced, across a restart")
+    func pendingAgainIsUnknown() throws {
+        try withTemporaryDirectory { dir in
+            var store: KeyValueStore! = try makeStore(in: dir)
+            try store.applyExternal([remote("k", "theirs", time: 1000)])
+            try store.put(.string("mine"), forKey: "k")
+            try store.markPushed(store.pendingChanges())
+            try store.markPending(["k"])
+            #expect(store.pendingChanges().map(\.replaces) == [.unknown])
+            store = nil  // the store is held alone: closed before it opens again
+            store = try makeStore(in: dir)
+            #expect(store.pendingChanges().map(\.replaces) == [.unknown])
+        }
+    }
+
     @Test("a change pending from before the store kept what it replaced says it is not known")
     func upgradedPendingIsUnknown() throws {
         try withTemporaryDirectory { dir in
