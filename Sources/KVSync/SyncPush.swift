@@ -34,8 +34,11 @@ extension SyncEngine {
             outcome = try await send(store.changesToPush())
         }
         guard !outcome.refused.isEmpty else { return }
-        // Roll each refused change back to what the remote holds (or to nothing).
-        let rollbacks = outcome.refused.map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
+        // Roll each refused change back to what the remote holds (or to nothing), if it is still
+        // its key's latest: an unsent loss the remote refused to keep (a quota) was replaced
+        // already, and must not take a later local write with it.
+        let rollbacks = outcome.refused.filter { store.allChanges(forKey: $0.change.key)?.stamp == $0.change.stamp }
+            .map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
         _ = try await apply(rollbacks, mode: .rollback)
         let message = outcome.refused.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
         onEvent(SyncEvent(reason: .quotaViolation, keys: outcome.refused.map(\.change.key).sorted(), message: message))

@@ -90,4 +90,60 @@ struct FileRemoteConflictTests {
             #expect(try cloud.push([change("other", "value", time: 5000, device: "phone", replaces: .nothing)], to: "default").refused.isEmpty)
         }
     }
+
+    @Test("an unsent loss the remote refuses to keep is reported, and takes no later local write with it")
+    func refusedLoss() async throws {
+        try await withTemporaryDirectory { dir in
+            let storage = MemoryCloudStorage()
+            let store = try makeStore(in: dir)
+            try store.put(.string(String(repeating: "p", count: 100)), forKey: "k")
+            let mine = try #require(store.pendingChanges().first)
+            let theirs = change("k", "theirs", time: mine.stamp.time + 1000, device: "phone", replaces: .nothing)
+            try storage.setLimits(QuotaLimits(totalBytes: theirs.size + mine.size - 1, valueBytes: 4096, keys: 10, keyNameBytes: 64),
+                                  of: "default")
+            _ = try storage.push([theirs], to: "default")
+            try store.applyExternal([theirs])  // fetched before the push: mine is an unsent loss
+            let events = EventRecorder()
+            let remote = WriteDuringPush(ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage },
+                                                         store: "default")) {
+                try store.put(.string("later"), forKey: "k")  // while the loss is being pushed
+            }
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            try await engine.synchronize()
+            try await engine.synchronize()
+            let later = Array(try PropertyListCodec.encodeXML(.string("later")))
+            #expect(store.entry(forKey: "k")?.xml == later, "the later write stays")
+            #expect(try storage.changes(in: "default", after: 0, limit: 10).changes.first?.value == Data(later))
+            #expect(store.changesToPush().isEmpty)
+            #expect(events.events.contains { $0.reason == .quotaViolation && $0.keys == ["k"] })
+        }
+    }
+}
+
+/// A remote that runs `write` once, after the first push reached the remote and before it
+/// answers: a local write racing a push.
+final class WriteDuringPush: Remote, @unchecked Sendable {
+    private let remote: any Remote
+    private var write: (() throws -> Void)?
+
+    init(_ remote: any Remote, write: @escaping () throws -> Void) {
+        self.remote = remote
+        self.write = write
+    }
+
+    var description: String { remote.description }
+
+    func identity() async throws -> String { try await remote.identity() }
+
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+        let outcome = try await remote.push(changes, mark: mark)
+        if let write { self.write = nil; try write() }
+        return outcome
+    }
+
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch { try await remote.fetch(after: cursor, mark: mark) }
+
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
+        try await remote.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+    }
 }
