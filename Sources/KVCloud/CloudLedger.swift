@@ -88,19 +88,15 @@ package enum CloudLedger {
                 // again with it, at a new cursor and as no new version, for every mount to see.
                 if current.stamp > change.stamp, ConflictRule.conflict(change, with: current),
                    ConflictRule.keeps(change.kept, over: current.lost) {
-                    // A kept change counts against the byte quota until it is settled.
-                    let usage = decision.state.usage
-                    let after = QuotaUsage(bytes: usage.bytes + change.size - (current.lost?.size ?? 0), keys: usage.keys)
+                    // Kept outside the quotas, as history is: at most one value per key.
                     do {
                         if !change.isTombstone { try ledger.checkValueSize(change.size) }
-                        try ledger.checkResult(before: usage, after: after, added: change.size)
                     } catch {
                         decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                         continue
                     }
                     var given = current
                     given.lost = change.kept
-                    decision.state.usage = after
                     decision.state.cursor += 1
                     decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
                     latest[change.key] = given
@@ -112,13 +108,12 @@ package enum CloudLedger {
             // A deletion of a key the store does not hold is stored too: the store may have
             // lost the key (restored from a backup) while a mount that still holds its value
             // will push it back; the deletion, newer, must pass it over. What lost to it
-            // concurrently is the rule's, not the pusher's; it counts against the byte quota
-            // until it is settled, as the key's conflict before did.
+            // concurrently is the rule's, not the pusher's, and is kept outside the quotas.
             let lost = current.flatMap { ConflictRule.conflict(change, with: $0) ? $0.kept : nil }
             let usage = decision.state.usage
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(
-                bytes: usage.bytes + change.size - (current?.size ?? 0) + (lost?.size ?? 0) - (current?.lost?.size ?? 0),
+                bytes: usage.bytes + change.size - (current?.size ?? 0),
                 keys: usage.keys + (change.isTombstone ? 0 : 1) - (wasLive ? 1 : 0))
             do {
                 try ledger.checkKeyName(change.key)

@@ -46,7 +46,7 @@ public final class KeyValueStore: Sendable {
         /// The keys' open conflicts, as the remote last gave them (`takeConflicts`).
         var conflicts: [String: KeyConflict] = [:]
         /// Pending changes a newer remote change replaced before they were pushed, each with
-        /// what it replaced: pushed all the same (`pendingChanges`), so that no local change
+        /// what it replaced: pushed all the same (`changesToPush`), so that no local change
         /// is lost without the remote keeping it.
         var unsentLosses: [StampedChange] = []
         var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }

@@ -87,13 +87,19 @@ extension KeyValueStore {
             let latest = max(state.changes[key]?.stamp ?? conflict.won.stamp, conflict.won.stamp)
             let stamp = clock.stamp(physical: milliseconds(now()), after: latest)
             let after = entry.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
-            try commit([(key, after, stamp, .pending)], in: &state)
+            // The change and what it replaces (the winner, whatever was pending before) in one
+            // transaction, past the journal: all of it or none, crash or not.
+            let row = ChangeJournal.Row(key: key, entry: after, stamp: stamp, syncState: .pending, sequence: state.lastSequence + 1)
+            try write(&state) { db in
+                try Self.record(row, db)
+                try Self.saveBase(conflict.won.stamp, of: key, db)
+            }
+            state.lastSequence = row.sequence
+            state.entries[key] = after
+            state.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, base: .change(conflict.won.stamp)))
+            state.revision &+= 1
             state.clock = clock
             state.usedBytes = usage.bytes
-            // What it replaces is the winner, whatever was pending before: in the index, and in
-            // the database with the journal that holds the change.
-            state.setBase(.change(conflict.won.stamp), of: key)
-            try write(&state) { db in try Self.saveBase(conflict.won.stamp, of: key, db) }
             return (before, after)
         }
         changeObserver.withLock { $0 }?.notify()

@@ -127,20 +127,34 @@ extension KeyValueStore {
 
     /// Makes the latest change of each of `keys` pending again: the remote lost it and it must
     /// be pushed again.
-    /// What such a change replaced is no longer known (the remote that gave it is gone): its
-    /// push is never taken for a conflict.
+    /// What every pending change replaced, these and those pending already, unsent losses
+    /// included, is no longer known (the history that gave it is gone): no push of them is
+    /// taken for a conflict.
     public func markPending(_ keys: [String]) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
             let keys = keys.filter { state.changes[$0] != nil && state.changes[$0]?.syncState != .pending }
-            guard !keys.isEmpty else { return }
+            let pending = state.pendingKeys.union(keys)
+            guard !pending.isEmpty || !state.unsentLosses.isEmpty else { return }
+            var losses = state.unsentLosses
+            for index in losses.indices { losses[index].replaces = .unknown }
             try write(&state) { db in
                 try Self.saveSyncState(.pending, for: keys, db)
-                for key in keys { try Self.saveBase(nil, of: key, db) }
+                for key in pending { try Self.saveBase(nil, of: key, db) }
+                try Self.saveUnsentLosses(losses, db)
             }
-            for key in keys {
-                state.setSyncState(.pending, of: key)
-                state.setBase(.unknown, of: key)
-            }
+            for key in keys { state.setSyncState(.pending, of: key) }
+            for key in pending { state.setBase(.unknown, of: key) }
+            state.unsentLosses = losses
+        }
+    }
+
+    /// Drops every unsent loss: the store now follows the remote's values, on request.
+    public func discardUnsentLosses() throws(StoreError) {
+        try state.withLock { (state: inout State) throws(StoreError) in
+            guard !state.unsentLosses.isEmpty else { return }
+            let losses = state.unsentLosses
+            try write(&state) { db in try Self.deleteUnsentLosses(losses, db) }
+            state.unsentLosses = []
         }
     }
 

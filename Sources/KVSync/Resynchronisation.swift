@@ -68,6 +68,7 @@ extension SyncEngine {
             // the stamp of the value it removed, and would pass that value over should it come
             // back (pushed again by a mount that still has it).
             try store.forget(removals)
+            try store.discardUnsentLosses()
             try store.setSetting(Self.remoteSetting, to: try await remote.identity())
             try record(position)
             noteIncident("replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed",

@@ -36,7 +36,9 @@ struct Conflicts: ParsableCommand {
                 let kind = side.type.map { "\($0.rawValue), \(side.value?.count ?? 0) bytes" } ?? "removed"
                 print("  \(label)  \(History.timeText(side.stamp.time))  \(side.stamp.device)  \(kind)")
                 if let value = try ConflictList.value(of: side, key: conflict.key) {
-                    for line in try ValueText.plain(value).dropLast().split(separator: "\n", omittingEmptySubsequences: false) {
+                    var text = try ValueText.plain(value)
+                    if text.unicodeScalars.last == "\n" { text.unicodeScalars.removeLast() }  // not a CR before it
+                    for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
                         print("        " + Self.visible(String(line)))
                     }
                 }

@@ -97,7 +97,7 @@ final class MountSync: MountSynchronizer {
         [
             "user.kvsfs.events": events.path,
             "user.kvsfs.remote": remote.description,
-            "user.kvsfs.sync": MountSync.summary(engine.status, pending: store.pendingCount),
+            "user.kvsfs.sync": MountSync.summary(engine.status, pending: store.pendingCount + store.unsentLosses().count),
         ]
     }
 

@@ -42,18 +42,25 @@ struct StoreConflictTests {
         }
     }
 
-    @Test("a change made pending again for a remote that lost it does not know what it replaced, across a restart")
+    @Test("after a remote lost its history, no pending change knows what it replaced, across a restart; losses can be discarded")
     func pendingAgainIsUnknown() throws {
         try withTemporaryDirectory { dir in
             var store: KeyValueStore! = try makeStore(in: dir)
-            try store.applyExternal([remote("k", "theirs", time: 1000)])
+            try store.applyExternal([remote("k", "theirs", time: 1000), remote("lost", "theirs", time: 1000)])
             try store.put(.string("mine"), forKey: "k")
-            try store.markPushed(store.pendingChanges())
+            try store.put(.string("mine"), forKey: "pending")
+            try store.put(.string("mine"), forKey: "lost")
+            try store.applyExternal([remote("lost", "newer", time: Int64.max / 4)])  // an unsent loss
+            try store.markPushed(store.pendingChanges().filter { $0.key == "k" })
             try store.markPending(["k"])
-            #expect(store.pendingChanges().map(\.replaces) == [.unknown])
+            #expect(store.changesToPush().map(\.replaces) == [.unknown, .unknown, .unknown], "those pending already, and the loss, too")
             store = nil  // the store is held alone: closed before it opens again
             store = try makeStore(in: dir)
-            #expect(store.pendingChanges().map(\.replaces) == [.unknown])
+            #expect(store.changesToPush().map(\.replaces) == [.unknown, .unknown, .unknown])
+            try store.discardUnsentLosses()
+            store = nil
+            store = try makeStore(in: dir)
+            #expect(store.changesToPush().map(\.key).sorted() == ["k", "pending"], "the loss discarded, for good")
         }
     }
 

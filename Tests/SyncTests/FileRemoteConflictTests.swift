@@ -72,22 +72,19 @@ struct FileRemoteConflictTests {
         }
     }
 
-    @Test("a kept change counts against the byte quota until it is settled: one that would break it is refused, with why")
-    func keptChangesCount() throws {
+    @Test("kept outside the quotas, as history is, but a lost change over the per-value quota is refused, with why")
+    func keptChangesBound() throws {
         try withTemporaryDirectory { dir in
             let cloud = try SQLiteCloudStorage(path: dir.path + "/cloud.sqlite", admission: AdmissionPolicy(now: { 10_000 }))
             let winner = change("k", "winner", time: 2000, device: "phone", replaces: .nothing)
-            let size = winner.size
-            try cloud.setLimits(QuotaLimits(totalBytes: size * 2 + 10, valueBytes: 4096, keys: 10, keyNameBytes: 64), of: "default")
+            try cloud.setLimits(QuotaLimits(totalBytes: winner.size + 10, valueBytes: winner.size + 10, keys: 10, keyNameBytes: 64), of: "default")
             _ = try cloud.push([winner], to: "default")
             _ = try cloud.push([change("k", "loser", time: 1000, device: "laptop", replaces: .nothing)], to: "default")
-            let held = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first)
-            #expect(held.lost != nil)
-            let outcome = try cloud.push([change("other", "value", time: 3000, device: "phone", replaces: .nothing)], to: "default")
-            #expect(outcome.refused.first?.reason.contains("bytes") == true, "the kept change takes its bytes: \(outcome.refused)")
-            // Settled: its bytes are free again.
-            _ = try cloud.push([change("k", "settled", time: 4000, device: "phone", replaces: .change(held.stamp))], to: "default")
-            #expect(try cloud.push([change("other", "value", time: 5000, device: "phone", replaces: .nothing)], to: "default").refused.isEmpty)
+            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost != nil, "kept beside a full store")
+            let big = change("k", String(repeating: "x", count: 100), time: 1500, device: "tablet", replaces: .nothing)
+            let outcome = try cloud.push([big], to: "default")
+            #expect(outcome.refused.first?.reason.contains("per-value limit") == true, "\(outcome.refused)")
+            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost?.stamp.device == "laptop")
         }
     }
 
@@ -99,8 +96,7 @@ struct FileRemoteConflictTests {
             try store.put(.string(String(repeating: "p", count: 100)), forKey: "k")
             let mine = try #require(store.pendingChanges().first)
             let theirs = change("k", "theirs", time: mine.stamp.time + 1000, device: "phone", replaces: .nothing)
-            try storage.setLimits(QuotaLimits(totalBytes: theirs.size + mine.size - 1, valueBytes: 4096, keys: 10, keyNameBytes: 64),
-                                  of: "default")
+            try storage.setLimits(QuotaLimits(totalBytes: 4096, valueBytes: mine.size - 1, keys: 10, keyNameBytes: 64), of: "default")
             _ = try storage.push([theirs], to: "default")
             try store.applyExternal([theirs])  // fetched before the push: mine is an unsent loss
             let events = EventRecorder()
