@@ -35,7 +35,13 @@ extension KeyValueStore {
     /// burst of writes to a key travels as its last state. Each says what it replaces. Costs
     /// the pending keys, not all keys.
     public func pendingChanges() -> [StampedChange] {
-        state.withLock { state in Self.pendingChanges(state).sorted { $0.stamp < $1.stamp } }
+        state.withLock { state in Self.pendingChanges(state).sorted(by: Self.pushOrder) }
+    }
+
+    /// Oldest first; changes of one stamp (taken in from a remote, then made pending again) by
+    /// key, so that the order never depends on how the index is laid out.
+    static func pushOrder(_ a: StampedChange, _ b: StampedChange) -> Bool {
+        (a.stamp, a.key) < (b.stamp, b.key)
     }
 
     /// Pending changes a newer remote change replaced before they were pushed (see `merge`),
@@ -46,7 +52,7 @@ extension KeyValueStore {
 
     /// What a push sends: the pending changes and the unsent losses, oldest first.
     public func changesToPush() -> [StampedChange] {
-        state.withLock { state in (Self.pendingChanges(state) + state.unsentLosses).sorted { $0.stamp < $1.stamp } }
+        state.withLock { state in (Self.pendingChanges(state) + state.unsentLosses).sorted(by: Self.pushOrder) }
     }
 
     private static func pendingChanges(_ state: State) -> [StampedChange] {

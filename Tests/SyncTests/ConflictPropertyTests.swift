@@ -20,7 +20,7 @@ struct ConflictPropertyTests {
 
     @Test("every concurrent loss is a recorded conflict, no sequential write is, and every replica shows the same")
     func conflictsFollowTheRule() async throws {
-        await propertyCheck(count: 60, input: Gen.int(in: 0...Int(Int32.max)).array(of: 20...80)) { operations in
+        await propertyCheck(count: 25, input: Gen.int(in: 0...Int(Int32.max)).array(of: 20...80)) { operations in
             try await withTemporaryDirectory { dir in
                 try await run(operations, in: dir)
             }
