@@ -97,13 +97,19 @@ struct ProxyFaultTests {
             proxy.refuse(false)
             let streamEnded = DispatchSemaphore(value: 0)
             nonisolated(unsafe) var stream: CommandResult?
+            let connectionsBefore = proxy.figures.connections
             DispatchQueue.global().async {
                 stream = try? shell("curl -s -N --max-time 5 -H 'Authorization: Bearer \(fixture.token)' \(proxy.url)/v1/alice/default/events; echo -n \" $?\"")
                 streamEnded.signal()
             }
+            // Cut once the stream's connection is through the proxy and its answer under way: on
+            // a busy machine curl may take longer than any fixed pause to start.
+            let connected = ContinuousClock.now + .seconds(10)
+            while proxy.figures.connections == connectionsBefore, ContinuousClock.now < connected { usleep(10_000) }
             usleep(500_000)
             proxy.cutAll()
-            #expect(streamEnded.wait(timeout: .now() + 3) == .success, "an event stream ends when it is cut")
+            // Uncut, the stream would end only at curl's --max-time, with another exit status.
+            #expect(streamEnded.wait(timeout: .now() + 10) == .success, "an event stream ends when it is cut")
             #expect(stream?.standardOutput.hasSuffix(" 18") == true, "a chunked response ends early: \(String(describing: stream))")
             proxy.cutAtRandom(probability: 1, maximumBytes: 0, seed: 1)
             let randomCut = try health()
