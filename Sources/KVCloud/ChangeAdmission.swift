@@ -84,18 +84,29 @@ package enum ChangeAdmission {
     package static func admit(_ changes: [StampedChange], policy: AdmissionPolicy) -> Admission {
         let now = policy.now()
         var admission = Admission(stamps: policy.stamps, now: now)
-        let carried = changes.reduce(0) { $0 &+ ($1.value?.count ?? 0) &+ ($1.lost?.value?.count ?? 0) }
+        let carried = changes.reduce(0) { total, change in
+            change.lost.reduce(total &+ change.size) { $0 &+ $1.size }
+        }
         var budget = batchAllowance &+ min(carried, Int.max / 4) &* 2
         for change in changes {
             do {
                 var admitted = try admit(change, rule: policy.stamps, budget: &budget)
-                if let lost = change.lost {
+                admitted.lost = []
+                if change.lost.count > KeptChangeList.maximumCount {
+                    admission.droppedConflicts.append("\(change.key.debugDescription): \(change.lost.count) changes are kept as its "
+                        + "conflict, over the limit of \(KeptChangeList.maximumCount): the oldest are left out")
+                }
+                for lost in change.lost.prefix(KeptChangeList.maximumCount) {
                     do {
                         try policy.stamps.checkFields(lost.stamp)
-                        admitted.lost?.value = try admit(lost.value, of: lost.type, budget: &budget)
+                        if let newer = admitted.lost.last, !(lost.stamp < newer.stamp) {
+                            throw StoreError.invalidStamp("the changes that lost are not newest first")
+                        }
+                        var kept = lost
+                        kept.value = try admit(lost.value, of: lost.type, budget: &budget)
+                        admitted.lost.append(kept)
                     } catch {
-                        admitted.lost = nil
-                        admission.droppedConflicts.append("\(change.key.debugDescription): the change kept as its conflict breaks the rule: \(error)")
+                        admission.droppedConflicts.append("\(change.key.debugDescription): a change kept as its conflict breaks the rule: \(error)")
                     }
                 }
                 admission.entries.append(.success(admitted))

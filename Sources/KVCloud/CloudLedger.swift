@@ -84,23 +84,26 @@ package enum CloudLedger {
             }
             if let current, current.stamp >= change.stamp {
                 // A repeat, or superseded: the client fetches the winner. One that conflicts
-                // with it is kept as the key's conflict (the newest such), and the winner given
-                // again with it, at a new cursor and as no new version, for every mount to see.
-                if current.stamp > change.stamp, ConflictRule.conflict(change, with: current),
-                   ConflictRule.keeps(change.kept, over: current.lost) {
-                    // Kept outside the quotas, as history is: at most one value per key.
-                    do {
-                        if !change.isTombstone { try ledger.checkValueSize(change.size) }
-                    } catch {
-                        decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
-                        continue
+                // with it is kept with the key's conflict, and the winner given again with it,
+                // at a new cursor and as no new version, for every mount to see.
+                if current.stamp > change.stamp, ConflictRule.conflict(change, with: current) {
+                    let lost = ConflictRule.losers(current.lost + [change.kept], winner: current, pushed: change)
+                    if lost != current.lost {
+                        // Kept outside the quotas, as history is: at most one value per device.
+                        do {
+                            if !change.isTombstone { try ledger.checkValueSize(change.size) }
+                            try Self.checkKept(lost)
+                        } catch {
+                            decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
+                            continue
+                        }
+                        var given = current
+                        given.lost = lost
+                        decision.state.cursor += 1
+                        decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
+                        latest[change.key] = given
+                        notAsPushed = true
                     }
-                    var given = current
-                    given.lost = change.kept
-                    decision.state.cursor += 1
-                    decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
-                    latest[change.key] = given
-                    notAsPushed = true
                 }
                 decision.outcome.accepted.append(change)
                 continue
@@ -108,8 +111,12 @@ package enum CloudLedger {
             // A deletion of a key the store does not hold is stored too: the store may have
             // lost the key (restored from a backup) while a mount that still holds its value
             // will push it back; the deletion, newer, must pass it over. What lost to it
-            // concurrently is the rule's, not the pusher's, and is kept outside the quotas.
-            let lost = current.flatMap { ConflictRule.conflict(change, with: $0) ? $0.kept : nil }
+            // concurrently is the rule's, not the pusher's, and is kept outside the quotas;
+            // a change that replaced the key's change settles its conflict.
+            var lost: [KeptChange] = []
+            if let current, ConflictRule.isConcurrent(change, with: current) {
+                lost = ConflictRule.losers(current.lost + [current.kept], winner: change, pushed: change)
+            }
             let usage = decision.state.usage
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(
@@ -119,6 +126,7 @@ package enum CloudLedger {
                 try ledger.checkKeyName(change.key)
                 if !change.isTombstone { try ledger.checkValueSize(change.size) }
                 try ledger.checkResult(before: usage, after: after, added: change.size)
+                try Self.checkKept(lost)
             } catch {
                 decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                 continue
@@ -127,7 +135,7 @@ package enum CloudLedger {
             var stored = change
             stored.replaces = nil
             stored.lost = lost
-            if stored.lost != nil || current?.lost != nil { notAsPushed = true }
+            if !stored.lost.isEmpty || !(current?.lost.isEmpty ?? true) { notAsPushed = true }
             decision.state.cursor += 1
             decision.state.usage = after
             decision.writes.append(.init(change: stored, cursor: decision.state.cursor, isVersion: true))
@@ -139,6 +147,20 @@ package enum CloudLedger {
         decision.outcome.cursorAfter = decision.state.cursor
         decision.outcome.mark = decision.writes.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) }
         return decision
+    }
+}
+
+extension CloudLedger {
+    /// Refuses the change that would make a key keep more changes that lost than it can: its
+    /// pusher reports it, so that no change is dropped unseen.
+    static func checkKept(_ lost: [KeptChange]) throws(ConflictFull) {
+        guard lost.count <= KeptChangeList.maximumCount else { throw ConflictFull() }
+    }
+
+    struct ConflictFull: Error, CustomStringConvertible {
+        var description: String {
+            "the key keeps \(KeptChangeList.maximumCount) changes that lost to its value, the most it can: settle its conflict first (kvsfs resolve)"
+        }
     }
 }
 

@@ -11,9 +11,14 @@ import KVStore
 /// taken for a conflict.
 ///
 /// The merge rule is untouched: of two concurrent changes, the greater stamp wins. The other
-/// is kept as the key's open conflict (`StampedChange.lost`), the newest such change if
-/// several lost, until a change that replaces the winner settles it. Two concurrent changes
-/// with the same value (or both removals) agree: no conflict.
+/// is kept with the key's change as its open conflict (`StampedChange.lost`), until a change
+/// that replaces the winner settles it. Two concurrent changes with the same value (or both
+/// removals) agree: no conflict.
+///
+/// Several changes can lose to one winner: each device's newest is kept (a device held its own
+/// earlier change), none from the winner's device, at most `KeptChangeList.maximumCount`. A
+/// concurrent change that wins over a key's change takes on the changes that lost to it. A
+/// change lets go of the kept change it replaced.
 package enum ConflictRule {
     /// Whether `change` was written without its writer holding `current`.
     package static func isConcurrent(_ change: StampedChange, with current: StampedChange) -> Bool {
@@ -28,10 +33,18 @@ package enum ConflictRule {
         isConcurrent(change, with: current) && (change.value != current.value || change.type != current.type)
     }
 
-    /// Whether `loser`, which lost to the key's change, is kept rather than the conflict the
-    /// key has: the newest of the changes that lost is.
-    package static func keeps(_ loser: KeptChange, over open: KeptChange?) -> Bool {
-        guard let open else { return true }
-        return loser.stamp > open.stamp
+    /// The changes kept as lost to `winner` once `pushed` (the winner itself, or a change that
+    /// lost to it) arrives, of `candidates`: each device's newest, except the winner's device's,
+    /// those that agree with the winner, and the one `pushed` replaced (its writer held it),
+    /// newest first. Longer than `KeptChangeList.maximumCount` when more devices lost than a key
+    /// keeps: the caller refuses the change that would make it so.
+    package static func losers(_ candidates: [KeptChange], winner: StampedChange, pushed: StampedChange) -> [KeptChange] {
+        var newest: [String: KeptChange] = [:]
+        for change in candidates where change.stamp < winner.stamp && change.stamp.device != winner.stamp.device
+            && (change.value != winner.value || change.type != winner.type) && pushed.replaces != .change(change.stamp) {
+            if let kept = newest[change.stamp.device], kept.stamp >= change.stamp { continue }
+            newest[change.stamp.device] = change
+        }
+        return newest.values.sorted { $0.stamp > $1.stamp }
     }
 }

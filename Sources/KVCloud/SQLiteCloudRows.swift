@@ -17,11 +17,13 @@ extension SQLiteCloudStorage {
         return StampedChange(key: key, value: value, type: type, stamp: try stamp(row))
     }
 
-    /// A stored change's open conflict (columns `lost…`), nil when it has none; read with the
-    /// same checks as the change.
-    static func lost(_ row: Row) throws -> KeptChange? {
+    /// A stored change's open conflict: the changes that lost to it, newest first (columns
+    /// `lost…` and `alsoLost`, `KeptChangeList`), none when it has none; read with the same
+    /// checks as the change.
+    static func lost(_ row: Row) throws -> [KeptChange] {
+        let earlier: Data? = try row.decode(forColumn: "alsoLost")
         let deviceBytes: Data? = try row.decode(forColumn: "lostDevice")
-        guard let deviceBytes else { return nil }
+        guard let deviceBytes else { return try KeptChangeList.decode(newest: nil, earlier: earlier) }
         guard let device = String(validating: deviceBytes, as: UTF8.self) else { throw UnreadableRow("its conflict's device id is not UTF-8") }
         let typeName: String? = try row.decode(forColumn: "lostType")
         let type = try typeName.map { name in
@@ -29,9 +31,9 @@ extension SQLiteCloudStorage {
             return type
         }
         let value: Data? = try row.decode(forColumn: "lostValue")
-        guard (value == nil) == (type == nil) else { throw UnreadableRow("its conflict has a type without a value, or a value without a type") }
-        return KeptChange(value: value, type: type, stamp: ChangeStamp(
+        let newest = KeptChange(value: value, type: type, stamp: ChangeStamp(
             time: try row.decode(forColumn: "lostTime"), counter: try row.decode(forColumn: "lostCounter"), device: device))
+        return try KeptChangeList.decode(newest: newest, earlier: earlier)
     }
 
     /// A stored change's type, nil for a removal; an unknown name cannot be read.
@@ -145,8 +147,8 @@ extension SQLiteCloudStorage {
                 while width < batch.count { width *= 2 }
                 let statement = try db.cachedStatement(sql: """
                     SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device,
-                           lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice FROM cloudChange
-                    WHERE store = ? AND key IN (\(Array(repeating: "CAST(? AS TEXT)", count: width).joined(separator: ", ")))
+                           lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice, alsoLost
+                    FROM cloudChange WHERE store = ? AND key IN (\(Array(repeating: "CAST(? AS TEXT)", count: width).joined(separator: ", ")))
                     """)
                 // The keys as bytes: GRDB binds text only up to a NUL, which a key may hold.
                 var arguments: [any DatabaseValueConvertible] = [store]
@@ -163,7 +165,7 @@ extension SQLiteCloudStorage {
                             change.lost = try SQLiteCloudStorage.lost(row)
                         } catch {
                             // Another program's: no conflict, which the push decides anew.
-                            change.lost = nil
+                            change.lost = []
                         }
                         rows[key] = change
                     } catch {
@@ -187,11 +189,11 @@ extension SQLiteCloudStorage {
             let history = try self.history
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor,
-                    lostValue, lostType, lostTime, lostCounter, lostDevice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    lostValue, lostType, lostTime, lostCounter, lostDevice, alsoLost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                     counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
                     lostValue = excluded.lostValue, lostType = excluded.lostType, lostTime = excluded.lostTime,
-                    lostCounter = excluded.lostCounter, lostDevice = excluded.lostDevice
+                    lostCounter = excluded.lostCounter, lostDevice = excluded.lostDevice, alsoLost = excluded.alsoLost
                 """)
             for write in decision.writes {
                 let change = write.change
@@ -204,12 +206,13 @@ extension SQLiteCloudStorage {
                 try row.bind(6, Int64(change.stamp.counter))
                 try row.bind(7, change.stamp.device)
                 try row.bind(8, write.cursor)
-                if let lost = change.lost {
+                if let lost = change.lost.first {
                     try row.bind(9, lost.value)
                     try row.bind(10, lost.type?.rawValue)
                     try row.bind(11, lost.stamp.time)
                     try row.bind(12, Int64(lost.stamp.counter))
                     try row.bind(13, lost.stamp.device)
+                    try row.bind(14, try KeptChangeList.encode(change.lost))
                 }
                 try row.run(in: db)
             }

@@ -118,6 +118,23 @@ public final class SQLiteCloudStorage: CloudStorage {
                 END
                 """)
         }
+        migrator.registerMigration("v4 every change that lost") { db in
+            // The changes that lost after the newest (KeptChangeList): the newest keeps its
+            // columns, which an older kvsfs reads and writes.
+            try db.alter(table: "cloudChange") { t in t.add(column: "alsoLost", .blob) }
+            try db.execute(sql: """
+                DROP TRIGGER cloudChangeLostGoesWithItsWinner;
+                CREATE TRIGGER cloudChangeLostGoesWithItsWinner AFTER UPDATE OF time, counter, device ON cloudChange
+                WHEN NOT (NEW.time = OLD.time AND NEW.counter = OLD.counter AND NEW.device = OLD.device)
+                    AND NEW.lostDevice IS NOT NULL AND NEW.lostTime IS OLD.lostTime AND NEW.lostCounter IS OLD.lostCounter
+                    AND NEW.lostDevice IS OLD.lostDevice
+                BEGIN
+                    UPDATE cloudChange SET lostValue = NULL, lostType = NULL, lostTime = NULL, lostCounter = NULL, lostDevice = NULL,
+                        alsoLost = NULL
+                    WHERE store = NEW.store AND key = NEW.key;
+                END
+                """)
+        }
         return migrator
     }
 
@@ -196,8 +213,8 @@ public final class SQLiteCloudStorage: CloudStorage {
                 try Self.check(mark, in: store, db)
                 let rows = try Row.fetchAll(db.cachedStatement(sql: """
                     SELECT CAST(key AS BLOB) AS key, value, type, time, counter, device, cursor,
-                           lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice FROM cloudChange
-                    WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
+                           lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice, alsoLost
+                    FROM cloudChange WHERE store = ? AND cursor > ? ORDER BY cursor LIMIT ?
                     """), arguments: [store, cursor, limit + 1])
                 if rows.isEmpty {
                     // Past the store's newest change: asked by a reader that saw another history.

@@ -27,10 +27,12 @@ extension PostgresServerStorage {
         if let mark { try mark.check(newest: try await self.cursor(of: store), held: try await self.mark(in: store, key: mark.key)) }
         return try await run {
             let rows = try await client.query("""
-                SELECT key, value, type, time, counter, device, cursor, lost_value, lost_type, lost_time, lost_counter, lost_device
+                SELECT key, value, type, time, counter, device, cursor, lost_value, lost_type, lost_time, lost_counter, lost_device,
+                       also_lost
                 FROM kvsfs_change WHERE store = \(store) AND cursor > \(cursor) ORDER BY cursor LIMIT \(limit + 1)
                 """, logger: logger)
             var changes = [StampedChange]()
+            var unreadable = [String]()
             var last = cursor
             var more = false
             for try await row in rows.decode(ChangeRow.self) {
@@ -38,7 +40,15 @@ extension PostgresServerStorage {
                     more = true
                     continue
                 }
-                changes.append(Self.change(row))
+                var change = StampedChange(key: row.0, value: row.1, type: row.2.flatMap(ValueType.init(rawValue:)),
+                                           stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
+                do {
+                    change.lost = try Self.lost(value: row.7, type: row.8, time: row.9, counter: row.10, device: row.11, earlier: row.12)
+                } catch {
+                    // The change goes on without it: a broken conflict never holds its winner back.
+                    unreadable.append("the conflict kept with the row at cursor \(row.6) cannot be read: \(error)")
+                }
+                changes.append(change)
                 last = row.6
             }
             let mark = changes.last.map { HistoryMark(key: $0.key, cursor: last, stamp: $0.stamp) }
@@ -47,7 +57,9 @@ extension PostgresServerStorage {
                 let newest = try await self.cursor(of: store)
                 if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
             }
-            return ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark)
+            var batch = ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark)
+            batch.unreadable = unreadable
+            return batch
         }
     }
 
@@ -140,18 +152,18 @@ extension PostgresServerStorage {
         }
     }
 
-    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64, Data?, String?, Int64?, Int32?, String?)
+    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64, Data?, String?, Int64?, Int32?, String?, Data?)
 
-    /// A row as read; whoever takes it in checks it against the change rule.
-    private static func change(_ row: ChangeRow) -> StampedChange {
-        StampedChange(key: row.0, value: row.1, type: row.2.flatMap(ValueType.init(rawValue:)),
-                      stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5),
-                      lost: keptChange(value: row.7, type: row.8, time: row.9, counter: row.10, device: row.11))
-    }
-
-    /// A key's open conflict from its `lost_…` columns; nil when it has none.
-    static func keptChange(value: Data?, type: String?, time: Int64?, counter: Int32?, device: String?) -> KeptChange? {
-        guard let time, let counter, let device else { return nil }
-        return KeptChange(value: value, type: type.flatMap(ValueType.init(rawValue:)), stamp: ChangeStamp(time: time, counter: counter, device: device))
+    /// A key's open conflict from its `lost_…` and `also_lost` columns (`KeptChangeList`),
+    /// newest first; none when it has none. Another program's columns outside the list's rule
+    /// are an error; whoever takes the changes in checks each against the change rule.
+    static func lost(value: Data?, type: String?, time: Int64?, counter: Int32?, device: String?, earlier: Data?) throws -> [KeptChange] {
+        guard let time, let counter, let device else { return try KeptChangeList.decode(newest: nil, earlier: earlier) }
+        let valueType = try type.map { name in
+            guard let type = ValueType(rawValue: name) else { throw UnreadableConflict("its type \(name.debugDescription) is unknown") }
+            return type
+        }
+        let newest = KeptChange(value: value, type: valueType, stamp: ChangeStamp(time: time, counter: counter, device: device))
+        return try KeptChangeList.decode(newest: newest, earlier: earlier)
     }
 }

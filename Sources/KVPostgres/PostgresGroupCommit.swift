@@ -149,7 +149,8 @@ extension PostgresServerStorage {
     private static func write(_ rows: [(store: String, row: KeyRow, acceptedAt: Int64, isVersion: Bool)], _ db: PostgresConnection,
                               _ logger: Logger) async throws {
         let changes = rows.map(\.row.change)
-        let lost = changes.map(\.lost)
+        let lost = changes.map(\.lost.first)
+        let earlierLost = try changes.map { ByteBuffer(bytes: try KeptChangeList.encode($0.lost) ?? Data()) }
         // bytea[], text[] and bigint[] hold no NULL here: a tombstone and a missing conflict are
         // flagged, a missing type is ''.
         try await db.query("""
@@ -159,7 +160,8 @@ extension PostgresServerStorage {
                        CASE WHEN has_lost AND NOT lost_removal THEN lost_value END AS lost_value,
                        CASE WHEN has_lost THEN NULLIF(lost_type, '') END AS lost_type,
                        CASE WHEN has_lost THEN lost_time END AS lost_time, CASE WHEN has_lost THEN lost_counter END AS lost_counter,
-                       CASE WHEN has_lost THEN lost_device END AS lost_device
+                       CASE WHEN has_lost THEN lost_device END AS lost_device,
+                       CASE WHEN has_lost THEN NULLIF(also_lost, ''::bytea) END AS also_lost
                 FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
                         \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
                         \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
@@ -167,21 +169,22 @@ extension PostgresServerStorage {
                         \(rows.map(\.acceptedAt))::bigint[], \(rows.map(\.isVersion))::bool[], \(lost.map { $0 != nil })::bool[],
                         \(lost.map { ByteBuffer(bytes: $0?.value ?? Data()) })::bytea[], \(lost.map { $0?.value == nil })::bool[],
                         \(lost.map { $0?.type?.rawValue ?? "" })::text[], \(lost.map { $0?.stamp.time ?? 0 })::bigint[],
-                        \(lost.map { $0?.stamp.counter ?? 0 })::int[], \(lost.map { $0?.stamp.device ?? "" })::text[])
+                        \(lost.map { $0?.stamp.counter ?? 0 })::int[], \(lost.map { $0?.stamp.device ?? "" })::text[],
+                        \(earlierLost)::bytea[])
                     AS row(store, key, value, tombstone, type, time, counter, device, cursor, accepted_at, is_version,
-                           has_lost, lost_value, lost_removal, lost_type, lost_time, lost_counter, lost_device)),
+                           has_lost, lost_value, lost_removal, lost_type, lost_time, lost_counter, lost_device, also_lost)),
             versions AS (
                 INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
                 SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written WHERE is_version)
             INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor,
-                                      lost_value, lost_type, lost_time, lost_counter, lost_device)
+                                      lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost)
             SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor,
-                   lost_value, lost_type, lost_time, lost_counter, lost_device FROM written
+                   lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost FROM written
             ORDER BY store, key, cursor DESC
             ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                 counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
                 lost_value = excluded.lost_value, lost_type = excluded.lost_type, lost_time = excluded.lost_time,
-                lost_counter = excluded.lost_counter, lost_device = excluded.lost_device
+                lost_counter = excluded.lost_counter, lost_device = excluded.lost_device, also_lost = excluded.also_lost
             """, logger: logger)
     }
 
@@ -230,7 +233,7 @@ extension PostgresServerStorage {
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
                    l.history_versions, l.history_days, l.history_swept_at, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
-                   c.lost_value, c.lost_type, c.lost_time, c.lost_counter, c.lost_device
+                   c.lost_value, c.lost_type, c.lost_time, c.lost_counter, c.lost_device, c.also_lost
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.* FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
@@ -238,20 +241,25 @@ extension PostgresServerStorage {
         var locked = Locked()
         for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64,
                                           String?, Data?, String?, Int64?, Int32?, String?, Int64?,
-                                          Data?, String?, Int64?, Int32?, String?).self) {
+                                          Data?, String?, Int64?, Int32?, String?, Data?).self) {
             let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt,
-                 key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
+                 key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice,
+                 earlierLost) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
             locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt)
             if let key, let time, let counter, let device, let keyCursor {
-                locked.rows[store, default: [:]][key] = KeyRow(
-                    change: StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
-                                          stamp: ChangeStamp(time: time, counter: counter, device: device),
-                                          lost: PostgresServerStorage.keptChange(value: lostValue, type: lostType, time: lostTime,
-                                                                                 counter: lostCounter, device: lostDevice)),
-                    cursor: keyCursor)
+                var change = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
+                                           stamp: ChangeStamp(time: time, counter: counter, device: device))
+                do {
+                    change.lost = try PostgresServerStorage.lost(value: lostValue, type: lostType, time: lostTime, counter: lostCounter,
+                                                                 device: lostDevice, earlier: earlierLost)
+                } catch {
+                    // Another program's columns: no conflict, which the push decides anew.
+                    change.lost = []
+                }
+                locked.rows[store, default: [:]][key] = KeyRow(change: change, cursor: keyCursor)
             }
         }
         return locked

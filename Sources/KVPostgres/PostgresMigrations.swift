@@ -101,6 +101,27 @@ enum PostgresSchema {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         },
+        PostgresMigration(name: "v4 every change that lost") { db, logger in
+            // The changes that lost after the newest (KeptChangeList): the newest keeps its
+            // columns, which an older instance reads and writes.
+            for statement in [
+                "ALTER TABLE kvsfs_change ADD COLUMN also_lost bytea",
+                """
+                CREATE OR REPLACE FUNCTION kvsfs_lost_goes_with_its_winner() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF (NEW.time, NEW.counter, NEW.device) IS DISTINCT FROM (OLD.time, OLD.counter, OLD.device)
+                       AND (NEW.lost_time, NEW.lost_counter, NEW.lost_device) IS NOT DISTINCT FROM
+                           (OLD.lost_time, OLD.lost_counter, OLD.lost_device) THEN
+                        NEW.lost_value := NULL; NEW.lost_type := NULL; NEW.lost_time := NULL;
+                        NEW.lost_counter := NULL; NEW.lost_device := NULL; NEW.also_lost := NULL;
+                    END IF;
+                    RETURN NEW;
+                END $$
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

@@ -6,8 +6,8 @@ import KVStore
 /// as a new change (`KeyValueStore.settle`), and, as after an import, the key's node is brought
 /// along and the kernel told to forget what it holds of the key.
 extension KeyValueFileSystem {
-    /// Keeps `conflict`'s lost change (`keepingLost`) or its won one, as a new change of its key.
-    public func settle(_ conflict: KeyConflict, keepingLost: Bool) throws {
+    /// Keeps `side`, one of `conflict`'s lost changes or its won one, as a new change of its key.
+    public func settle(_ conflict: KeyConflict, keeping side: KeptChange) throws {
         if configuration.readOnly { throw StoreError.readOnly("the mount is read-only") }
         var notices: [KernelNotice] = []
         try state.withLock { ns throws in
@@ -15,7 +15,7 @@ extension KeyValueFileSystem {
             if let node = ns.names[KeyFileName.fileName(forKey: conflict.key)], node.key == conflict.key, node.openHandles > 0 {
                 removedContent[node.inode] = content(of: node)
             }
-            let (before, after) = try store.settle(conflict, keeping: keepingLost ? conflict.lost : conflict.won)
+            let (before, after) = try store.settle(conflict, keeping: side)
             notices = switch (before, after) {
             case (nil, nil): []
             case (nil, .some): show(added: [conflict.key], changed: [], removed: [], removedContent: [:], in: &ns)
@@ -28,11 +28,12 @@ extension KeyValueFileSystem {
 }
 
 extension KeyConflict {
-    /// Both changes in one line, as `user.kvsfs.conflict` gives them:
-    /// `lost TIME DEVICE TYPE SIZE; won TIME DEVICE TYPE SIZE`, each time ISO 8601 UTC to the
-    /// millisecond, the type `removed` (and no size) for a removal.
+    /// Every change in one line, as `user.kvsfs.conflict` gives them:
+    /// `lost TIME DEVICE TYPE SIZE; won TIME DEVICE TYPE SIZE`, with one `lost …; ` for each
+    /// change that lost, newest first; each time ISO 8601 UTC to the millisecond, the type
+    /// `removed` (and no size) for a removal.
     var summary: String {
-        "lost \(Self.summary(of: lost)); won \(Self.summary(of: won))"
+        (lost.map { "lost \(Self.summary(of: $0))" } + ["won \(Self.summary(of: won))"]).joined(separator: "; ")
     }
 
     private static func summary(of side: KeptChange) -> String {

@@ -78,6 +78,10 @@ public struct HybridLogicalClock: Sendable {
 /// whether the change is concurrent with what it holds (`ConflictRule`). A fetched change says
 /// what `lost` to it: the key's open conflict, which the remote keeps until a later write
 /// settles it.
+///
+/// On the wire `lost` is two fields: `lost`, the newest change that lost (one object, as a
+/// kvsfs that kept one per key reads it), and `alsoLost`, the others, newest first (left out
+/// when there are none).
 public struct StampedChange: Hashable, Sendable, Codable {
     public var key: String
     /// The canonical XML property list; nil for a tombstone.
@@ -87,18 +91,45 @@ public struct StampedChange: Hashable, Sendable, Codable {
     /// Sent with a push: what the writer held of the key when it wrote; nil when it did not say
     /// (a kvsfs before kept conflicts). Neither nil nor `.unknown` is ever taken for a conflict.
     public var replaces: Replaced?
-    /// Given with a fetched change: the change that lost to this one concurrently, while no
-    /// later write has settled that; nil when the key has no open conflict.
-    public var lost: KeptChange?
+    /// Given with a fetched change: the changes that lost to this one concurrently, while no
+    /// later write has settled them, newest first (`ConflictRule.losers`); empty when the key
+    /// has no open conflict.
+    public var lost: [KeptChange]
 
     public init(key: String, value: Data?, type: ValueType?, stamp: ChangeStamp,
-                replaces: Replaced? = nil, lost: KeptChange? = nil) {
+                replaces: Replaced? = nil, lost: [KeptChange] = []) {
         self.key = key
         self.value = value
         self.type = type
         self.stamp = stamp
         self.replaces = replaces
         self.lost = lost
+    }
+
+    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, lost, alsoLost }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        key = try container.decode(String.self, forKey: .key)
+        value = try container.decodeIfPresent(Data.self, forKey: .value)
+        type = try container.decodeIfPresent(ValueType.self, forKey: .type)
+        stamp = try container.decode(ChangeStamp.self, forKey: .stamp)
+        replaces = try container.decodeIfPresent(Replaced.self, forKey: .replaces)
+        lost = []
+        if let newest = try container.decodeIfPresent(KeptChange.self, forKey: .lost) {
+            lost = [newest] + (try container.decodeIfPresent([KeptChange].self, forKey: .alsoLost) ?? [])
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(key, forKey: .key)
+        try container.encodeIfPresent(value, forKey: .value)
+        try container.encodeIfPresent(type, forKey: .type)
+        try container.encode(stamp, forKey: .stamp)
+        try container.encodeIfPresent(replaces, forKey: .replaces)
+        try container.encodeIfPresent(lost.first, forKey: .lost)
+        if lost.count > 1 { try container.encode(lost.dropFirst().map { $0 }, forKey: .alsoLost) }
     }
 
     /// The change itself, without what travels with it.

@@ -4,17 +4,27 @@ import GRDB
 // The keys' open conflicts as the remote gives them with its changes, kept in table
 // `conflict`, and the write that settles one; the unsent losses (table `unsentLoss`).
 
-/// A key's open conflict as a mount knows it: the change that lost, kept, and the one that
-/// won, as the remote decided them.
+/// A key's open conflict as a mount knows it: the changes that lost, kept (newest first, one
+/// per device, never none), and the one that won, as the remote decided them.
 public struct KeyConflict: Hashable, Sendable, Codable {
     public var key: String
-    public var lost: KeptChange
+    public var lost: [KeptChange]
     public var won: KeptChange
 
-    public init(key: String, lost: KeptChange, won: KeptChange) {
+    public init(key: String, lost: [KeptChange], won: KeptChange) {
         self.key = key
         self.lost = lost
         self.won = won
+    }
+}
+
+extension KeyConflict {
+    /// The change that lost that keeping the local side keeps: `device`'s, when one is named;
+    /// otherwise the one `local` (this store's device) lost, or the only one. Nil when there is
+    /// no such change, or several lost and none is named or local.
+    public func lostChange(of device: String?, local: String) -> KeptChange? {
+        if let device { return lost.first { $0.stamp.device == device } }
+        return lost.first { $0.stamp.device == local } ?? (lost.count == 1 ? lost.first : nil)
     }
 }
 
@@ -46,7 +56,7 @@ extension KeyValueStore {
         return try state.withLock { (state: inout State) throws(StoreError) -> [String] in
             var updated = [String: KeyConflict?]()
             for (key, change) in latest {
-                let conflict = change.lost.map { KeyConflict(key: key, lost: $0, won: change.kept) }
+                let conflict = change.lost.isEmpty ? nil : KeyConflict(key: key, lost: change.lost, won: change.kept)
                 if state.conflicts[key] != conflict { updated[key] = .some(conflict) }
             }
             if replacingAll {
@@ -54,7 +64,10 @@ extension KeyValueStore {
             }
             guard !updated.isEmpty else { return [] }
             let opened = updated.compactMap { key, conflict in
-                conflict.flatMap { $0.lost != state.conflicts[key]?.lost ? key : nil }
+                conflict.flatMap { conflict in
+                    let known = Set((state.conflicts[key]?.lost ?? []).map(\.stamp))
+                    return conflict.lost.contains { !known.contains($0.stamp) } ? key : nil
+                }
             }
             try write(&state) { db in try Self.saveConflicts(updated, db) }
             for (key, conflict) in updated { state.conflicts[key] = conflict }
@@ -62,8 +75,8 @@ extension KeyValueStore {
         }
     }
 
-    /// Settles `conflict`, which must still be its key's open conflict, by keeping `side` (its
-    /// lost or its won change): `side`'s value (or removal) becomes the key's latest change,
+    /// Settles `conflict`, which must still be its key's open conflict, by keeping `side` (one
+    /// of its lost changes or its won one): `side`'s value (or removal) becomes the key's latest change,
     /// pending a push, stamped after both the key's latest change and the winner, and replacing
     /// the winner, which the mount has seen: the remote takes it as sequential and settles the
     /// conflict everywhere (`ConflictRule`). A new change even when the key shows that value
@@ -121,7 +134,7 @@ extension KeyValueStore {
         let delete = try db.cachedStatement(sql: "DELETE FROM conflict WHERE key = ?")
         let upsert = try db.cachedStatement(sql: """
             INSERT OR REPLACE INTO conflict (key, lostValue, lostType, lostTime, lostCounter, lostDevice,
-                wonValue, wonType, wonTime, wonCounter, wonDevice) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                wonValue, wonType, wonTime, wonCounter, wonDevice, alsoLost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         for (key, conflict) in updated {
             guard let conflict else {
@@ -132,8 +145,9 @@ extension KeyValueStore {
             }
             let row = DirectBinding(upsert)
             try row.bind(1, key)
+            guard let newest = conflict.lost.first else { throw DatabaseError(message: "a conflict of \(key) names no change that lost") }
             var column: Int32 = 2
-            for side in [conflict.lost, conflict.won] {
+            for side in [newest, conflict.won] {
                 try row.bind(column, side.value)
                 try row.bind(column + 1, side.type?.rawValue)
                 try row.bind(column + 2, side.stamp.time)
@@ -141,6 +155,7 @@ extension KeyValueStore {
                 try row.bind(column + 4, side.stamp.device)
                 column += 5
             }
+            try row.bind(12, try KeptChangeList.encode(conflict.lost))
             try row.run(in: db)
         }
     }
@@ -164,7 +179,13 @@ extension KeyValueStore {
                     time: try row.decode(forColumn: "\(name)Time"), counter: try row.decode(forColumn: "\(name)Counter"),
                     device: try row.decode(forColumn: "\(name)Device")))
             }
-            conflicts[key] = KeyConflict(key: key, lost: try side("lost"), won: try side("won"))
+            let lost: [KeptChange]
+            do {
+                lost = try KeptChangeList.decode(newest: try side("lost"), earlier: try row.decode(forColumn: "alsoLost"))
+            } catch let error as UnreadableConflict {
+                throw DatabaseError(message: "the conflict of \(key) cannot be read: \(error)")
+            }
+            conflicts[key] = KeyConflict(key: key, lost: lost, won: try side("won"))
         }
         return conflicts
     }

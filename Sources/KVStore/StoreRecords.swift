@@ -137,6 +137,10 @@ enum StoreSchema {
                 t.primaryKey(["key", "time", "counter", "device"])
             }
         }
+        migrator.registerMigration("v6 every change that lost") { db in
+            // The changes that lost after the newest (KeptChangeList), as the remote gives them.
+            try db.alter(table: "conflict") { t in t.add(column: "alsoLost", .blob) }
+        }
         return migrator
     }
 

@@ -44,9 +44,9 @@ enum RequestFuzzing {
         for change in admission.changes {
             guard KeyName.isCanonical(change.key) else { fatalError("admitted a key not in NFC: \(change.key.debugDescription)") }
             let whole = PropertyListDecodingLimits(maxBytes: ChangeAdmission.largestValue)
-            for value in [change.value, change.lost?.value].compactMap({ $0 })
+            for value in ([change.value] + change.lost.map(\.value)).compactMap({ $0 })
             where (try? PropertyListCodec.decode(value, limits: whole)).flatMap({ try? PropertyListCodec.encodeXML($0) }) == nil {
-                fatalError("admitted a value (or the value of what lost to it) that does not read back: \(change.key)")
+                fatalError("admitted a value (or the value of a change that lost to it) that does not read back: \(change.key)")
             }
         }
     }

@@ -11,7 +11,8 @@ struct Conflicts: ParsableCommand {
             Two changes of a key are concurrent when neither device held the other's change when it wrote. The \
             remote keeps the one with the greater stamp, as always, and now keeps the other too, as the key's open \
             conflict, until a later write settles it (kvsfs resolve, or any write made after the winner was \
-            seen). For each: the key's file name, then the change that lost and the one that won, each with when \
+            seen); when changes of several devices lost, each device's newest is kept. For each: the key's file \
+            name, then each change that lost (newest first) and the one that won, each with when \
             and on which device it was made, its type (removed for a removal), its size and its value as kvsfs \
             get prints it (control characters written as \\u{HEX}).
             """)
@@ -19,7 +20,7 @@ struct Conflicts: ParsableCommand {
     @Argument(help: "A kvsfs mount.")
     var mountpoint: String
 
-    @Flag(help: "Print one JSON array instead: per conflict, key, lost and won, each with time, device, type, size and value (XML, null for a removal).")
+    @Flag(help: "Print one JSON array instead: per conflict, key, lost (an array, newest first) and won, each change with time, device, type, size and value (XML, null for a removal).")
     var json = false
 
     func run() throws {
@@ -32,7 +33,7 @@ struct Conflicts: ParsableCommand {
         }
         for conflict in conflicts {
             print(Self.visible(KeyFileName.fileName(forKey: conflict.key)))
-            for (label, side) in [("lost", conflict.lost), ("won ", conflict.won)] {
+            for (label, side) in conflict.lost.map({ ("lost", $0) }) + [("won ", conflict.won)] {
                 let kind = side.type.map { "\($0.rawValue), \(side.value?.count ?? 0) bytes" } ?? "removed"
                 print("  \(label)  \(History.timeText(side.stamp.time))  \(side.stamp.device)  \(kind)")
                 if let value = try ConflictList.value(of: side, key: conflict.key) {
@@ -57,12 +58,13 @@ struct Conflicts: ParsableCommand {
 
 struct Resolve: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Settle a key's open conflict by keeping one of its two changes.",
+        abstract: "Settle a key's open conflict by keeping one of its changes.",
         discussion: """
-            --keep-local writes the change that lost back to the key; --keep-remote keeps the one that won, which \
-            the key shows now, by writing it again. Either is a new change, as any write: quotas apply, it syncs \
-            and watchers see it. Once the remote has it, the conflict is settled on every mount (kvsfs sync \
-            MOUNTPOINT waits for that).
+            --keep-local writes the change that lost back to the key: when changes of several devices lost, the \
+            one this mount's device lost, or the one of the device --device names. --keep-remote keeps the one \
+            that won, which the key shows now, by writing it again. Either is a new change, as any write: quotas \
+            apply, it syncs and watchers see it. Once the remote has it, the conflict is settled on every mount \
+            (kvsfs sync MOUNTPOINT waits for that), and every other change that lost is let go.
             """)
 
     @Argument(help: "The key's file in a mount (it need not exist).")
@@ -74,8 +76,12 @@ struct Resolve: ParsableCommand {
     @Flag(help: "Keep the change that won.")
     var keepRemote = false
 
+    @Option(help: ArgumentHelp("With --keep-local: keep the change this device lost.", valueName: "DEVICE"))
+    var device: String?
+
     func validate() throws {
         guard keepLocal != keepRemote else { throw ValidationError("name one of --keep-local and --keep-remote") }
+        if device != nil, !keepLocal { throw ValidationError("--device names a change that lost: it goes with --keep-local") }
     }
 
     func run() throws {
@@ -84,8 +90,8 @@ struct Resolve: ParsableCommand {
             throw CommandFailure("\(key.name.debugDescription) has no open conflict")
         }
         // The conflict as read here: one that changed since is refused, not settled blind.
-        _ = try ControlClient.send(ControlRequest(command: .resolve, key: key.name, lost: conflict.lost.stamp, won: conflict.won.stamp,
-                                                  keepLost: keepLocal), to: key.mountpoint)
+        _ = try ControlClient.send(ControlRequest(command: .resolve, key: key.name, losers: conflict.lost.map(\.stamp), won: conflict.won.stamp,
+                                                  keepLost: keepLocal, keepDevice: device), to: key.mountpoint)
     }
 }
 
@@ -102,7 +108,11 @@ enum ConflictList {
             throw CommandFailure("the mount at \(mountpoint) answered with something other than a list of conflicts: \(error)")
         }
         for conflict in conflicts {
-            for side in [conflict.lost, conflict.won] {
+            guard !conflict.lost.isEmpty, conflict.lost.count <= KeptChangeList.maximumCount else {
+                throw CommandFailure("the conflict of \(conflict.key.debugDescription) lists \(conflict.lost.count) changes that lost, "
+                                     + "outside 1 to \(KeptChangeList.maximumCount)")
+            }
+            for side in conflict.lost + [conflict.won] {
                 do {
                     try StampRule().checkFields(side.stamp)
                 } catch {
@@ -161,12 +171,12 @@ enum ConflictList {
         }
 
         var key: String
-        var lost: Side
+        var lost: [Side]
         var won: Side
 
         init(_ conflict: KeyConflict) {
             key = conflict.key
-            lost = Side(conflict.lost)
+            lost = conflict.lost.map(Side.init)
             won = Side(conflict.won)
         }
     }

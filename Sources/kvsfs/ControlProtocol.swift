@@ -144,9 +144,10 @@ struct ControlRequest: Codable, Equatable {
         case version
         /// Answered with the store's open conflicts, as JSON `[KeyConflict]`.
         case conflicts
-        /// Settles the open conflict of `key`, which must still be the one of changes `lost`
-        /// and `won`, by keeping its lost change (`keepLost`) or its won one, as a new change
-        /// (`KeyValueFileSystem.settle`); answered with nothing.
+        /// Settles the open conflict of `key`, which must still be the one of changes `losers`
+        /// (or `lost`, from a kvsfs that kept one) and `won`, by keeping a lost change
+        /// (`keepLost`: `keepDevice`'s, or as `KeyConflict.lostChange` picks) or its won one, as
+        /// a new change (`KeyValueFileSystem.settle`); answered with nothing.
         case resolve
     }
 
@@ -162,8 +163,10 @@ struct ControlRequest: Codable, Equatable {
     /// For resolve: the stamps of the conflict's changes as the command line read them (the
     /// values stay with the daemon: a request is at most 64 KiB), and which side to keep.
     var lost: ChangeStamp?
+    var losers: [ChangeStamp]?
     var won: ChangeStamp?
     var keepLost: Bool?
+    var keepDevice: String?
     /// For version: which one.
     var version: Int64?
     /// The device number of the directory the command named, which must be the mount's.

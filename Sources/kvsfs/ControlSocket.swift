@@ -146,14 +146,23 @@ final class ControlSocket: @unchecked Sendable {
             return Array(try JSONEncoder().encode(fileSystem.store.conflicts()))
         case .resolve:
             let key = try requestedKey(request)
-            guard let lost = request.lost, let won = request.won, let keepLost = request.keepLost else {
+            guard let losers = request.losers ?? request.lost.map({ [$0] }), let won = request.won, let keepLost = request.keepLost else {
                 throw CommandFailure("the request names no conflict, or no side to keep")
             }
-            guard let conflict = fileSystem.store.conflict(forKey: key), conflict.lost.stamp == lost, conflict.won.stamp == won else {
+            guard let conflict = fileSystem.store.conflict(forKey: key), conflict.lost.map(\.stamp) == losers, conflict.won.stamp == won else {
                 throw CommandFailure("\(key.debugDescription) has no open conflict of those changes: it changed since it was read")
             }
+            var side = conflict.won
+            if keepLost {
+                guard let lost = conflict.lostChange(of: request.keepDevice, local: fileSystem.store.deviceID) else {
+                    let devices = conflict.lost.map(\.stamp.device.debugDescription).joined(separator: ", ")
+                    throw CommandFailure(request.keepDevice.map { "no change of device \($0.debugDescription) lost in the conflict of \(key.debugDescription)" }
+                        ?? "changes of several devices lost in the conflict of \(key.debugDescription) (\(devices)): name one with --device")
+                }
+                side = lost
+            }
             do {
-                try fileSystem.settle(conflict, keepingLost: keepLost)
+                try fileSystem.settle(conflict, keeping: side)
             } catch {
                 throw CommandFailure("cannot settle the conflict of \(conflict.key.debugDescription): \(error)")
             }

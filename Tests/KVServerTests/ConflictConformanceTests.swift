@@ -36,7 +36,7 @@ struct ConflictConformanceTests {
             #expect(try await log.cursor(of: store) == before + 1)
             let given = try #require(try await row("k", in: log, store))
             #expect(given.kept == winner.kept)
-            #expect(given.lost == loser.kept)
+            #expect(given.lost == [loser.kept])
             #expect(try await log.history(of: "k", in: store).map(\.stamp) == [winner.stamp], "a lost change is no version")
         }
     }
@@ -50,7 +50,7 @@ struct ConflictConformanceTests {
             _ = try await log.push([removal], to: store)
             let given = try #require(try await row("k", in: log, store))
             #expect(given.isTombstone && given.stamp == removal.stamp)
-            #expect(given.lost == first.kept)
+            #expect(given.lost == [first.kept])
         }
     }
 
@@ -62,16 +62,16 @@ struct ConflictConformanceTests {
             _ = try await log.push([first], to: store)
             let outcome = try await log.push([second], to: store)
             #expect(outcome.cursorBefore != nil, "nothing but the pusher's own change: it need not fetch")
-            #expect(try await row("k", in: log, store)?.lost == nil)
+            #expect(try await row("k", in: log, store)?.lost == [])
 
             let concurrent = change("k", "third", time: Self.now - 400, device: "tablet", replaces: .change(first.stamp))
             _ = try await log.push([concurrent], to: store)
-            #expect(try await row("k", in: log, store)?.lost == second.kept, "the tablet never held the phone's change")
+            #expect(try await row("k", in: log, store)?.lost == [second.kept], "the tablet never held the phone's change")
 
             let settling = change("k", "settled", time: Self.now - 100, device: "laptop", replaces: .change(concurrent.stamp))
             _ = try await log.push([settling], to: store)
             let given = try #require(try await row("k", in: log, store))
-            #expect(given.stamp == settling.stamp && given.lost == nil)
+            #expect(given.stamp == settling.stamp && given.lost.isEmpty)
         }
     }
 
@@ -82,27 +82,70 @@ struct ConflictConformanceTests {
             let mineAgain = change("k", "mine again", time: Self.now - 800, device: "laptop", replaces: .nothing)
             _ = try await log.push([mine], to: store)
             _ = try await log.push([mineAgain], to: store)
-            #expect(try await row("k", in: log, store)?.lost == nil)
+            #expect(try await row("k", in: log, store)?.lost == [])
             let unsaid = change("k", "older kvsfs", time: Self.now - 700, device: "old", replaces: nil)
             let unknown = change("k", "upgraded", time: Self.now - 600, device: "upgraded", replaces: .unknown)
             _ = try await log.push([unsaid], to: store)
             _ = try await log.push([unknown], to: store)
             let given = try #require(try await row("k", in: log, store))
-            #expect(given.stamp == unknown.stamp && given.lost == nil)
+            #expect(given.stamp == unknown.stamp && given.lost.isEmpty)
         }
     }
 
-    @Test("of several changes that lost, the newest is kept; pushing one twice gives the same", arguments: Kind.allCases)
-    func newestLoserKept(_ kind: Kind) async throws {
+    @Test("of several changes that lost, each device's newest is kept, newest first; pushing one twice gives the same", arguments: Kind.allCases)
+    func everyDevicesLoserKept(_ kind: Kind) async throws {
         try await ChangeLogConformanceTests().withLog(kind) { log, store in
-            let winner = change("k", "winner", time: Self.now, device: "phone", replaces: .nothing)
-            let older = change("k", "older", time: Self.now - 900, device: "laptop", replaces: .nothing)
-            let newer = change("k", "newer", time: Self.now - 500, device: "tablet", replaces: .nothing)
+            let now = Self.now
+            let winner = change("k", "winner", time: now, device: "phone", replaces: .nothing)
+            let laptop = change("k", "laptop", time: now - 900, device: "laptop", replaces: .nothing)
+            let tablet = change("k", "tablet", time: now - 500, device: "tablet", replaces: .nothing)
+            let laptopAgain = change("k", "laptop again", time: now - 700, device: "laptop", replaces: .nothing)
             _ = try await log.push([winner], to: store)
-            _ = try await log.push([newer], to: store)
-            _ = try await log.push([older], to: store)
-            _ = try await log.push([newer], to: store)
-            #expect(try await row("k", in: log, store)?.lost == newer.kept)
+            _ = try await log.push([tablet], to: store)
+            _ = try await log.push([laptop], to: store)
+            #expect(try await row("k", in: log, store)?.lost == [tablet.kept, laptop.kept])
+            let before = try await log.cursor(of: store)
+            _ = try await log.push([tablet], to: store)
+            #expect(try await log.cursor(of: store) == before, "a change kept already is not given again")
+            _ = try await log.push([laptopAgain], to: store)
+            _ = try await log.push([laptop], to: store)
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.lost == [tablet.kept, laptopAgain.kept], "the laptop held its own first change")
+            #expect(given.kept == winner.kept)
+        }
+    }
+
+    @Test("a concurrent change that wins takes on what lost before it; a change lets go of the one it replaced", arguments: Kind.allCases)
+    func losersCarriedOver(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let now = Self.now
+            let first = change("k", "first", time: now - 900, device: "laptop", replaces: .nothing)
+            let second = change("k", "second", time: now - 600, device: "phone", replaces: .nothing)
+            let third = change("k", "third", time: now - 300, device: "tablet", replaces: .nothing)
+            for pushed in [first, second, third] { _ = try await log.push([pushed], to: store) }
+            #expect(try await row("k", in: log, store)?.lost == [second.kept, first.kept])
+            // The laptop held the phone's change, not the tablet's: it wins, concurrent with the
+            // tablet's, and lets go of the phone's and of its own first one.
+            let fourth = change("k", "fourth", time: now, device: "laptop", replaces: .change(second.stamp))
+            _ = try await log.push([fourth], to: store)
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.stamp == fourth.stamp && given.lost == [third.kept])
+        }
+    }
+
+    @Test("a key keeps the changes of at most 8 devices that lost: a ninth is refused, with why", arguments: Kind.allCases)
+    func keptChangesBounded(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let now = Self.now
+            let winner = change("k", "winner", time: now, device: "phone", replaces: .nothing)
+            _ = try await log.push([winner], to: store)
+            let losers = (0..<KeptChangeList.maximumCount).map { change("k", "v\($0)", time: now - 900 + Int64($0), device: "d\($0)", replaces: .nothing) }
+            for loser in losers { _ = try await log.push([loser], to: store) }
+            let ninth = change("k", "ninth", time: now - 100, device: "ninth", replaces: .nothing)
+            let outcome = try await log.push([ninth], to: store)
+            #expect(outcome.accepted.isEmpty)
+            #expect(outcome.refused.first?.reason.contains("settle its conflict first") == true, "\(outcome.refused)")
+            #expect(try await row("k", in: log, store)?.lost == losers.reversed().map(\.kept))
         }
     }
 
@@ -115,8 +158,8 @@ struct ConflictConformanceTests {
             _ = try await log.push([change("gone", nil, time: Self.now - 600, device: "tablet", replaces: .change(base))], to: store)
             _ = try await log.push([change("same", "v", time: Self.now - 500, device: "phone", replaces: .nothing)], to: store)
             _ = try await log.push([change("same", "v", time: Self.now - 400, device: "tablet", replaces: .nothing)], to: store)
-            #expect(try await row("gone", in: log, store)?.lost == nil)
-            #expect(try await row("same", in: log, store)?.lost == nil)
+            #expect(try await row("gone", in: log, store)?.lost == [])
+            #expect(try await row("same", in: log, store)?.lost == [])
         }
     }
 
@@ -124,9 +167,9 @@ struct ConflictConformanceTests {
     func pushedLostIgnored(_ kind: Kind) async throws {
         try await ChangeLogConformanceTests().withLog(kind) { log, store in
             var forged = change("k", "v", time: Self.now, device: "laptop", replaces: .nothing)
-            forged.lost = KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: Self.now - 1, counter: 0, device: "ghost"))
+            forged.lost = [KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: Self.now - 1, counter: 0, device: "ghost"))]
             _ = try await log.push([forged], to: store)
-            #expect(try await row("k", in: log, store)?.lost == nil)
+            #expect(try await row("k", in: log, store)?.lost == [])
         }
     }
 }

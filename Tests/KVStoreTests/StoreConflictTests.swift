@@ -119,15 +119,21 @@ struct StoreConflictTests {
             var store: KeyValueStore! = try makeStore(in: dir)
             let lost = KeptChange(value: Data(try PropertyListCodec.encodeXML(.string("mine"))), type: .string,
                                   stamp: ChangeStamp(time: 900, counter: 0, device: "me"))
+            let alsoLost = KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: 800, counter: 0, device: "tablet"))
             var winner = remote("k", "theirs", time: 1000)
-            winner.lost = lost
+            winner.lost = [lost]
             #expect(try store.takeConflicts(from: [remote("k", "theirs", time: 1000), winner]) == ["k"])
             #expect(try store.takeConflicts(from: [winner]).isEmpty, "the same conflict again is not new")
-            #expect(store.conflict(forKey: "k") == KeyConflict(key: "k", lost: lost, won: winner.kept))
+            winner.lost = [lost, alsoLost]
+            #expect(try store.takeConflicts(from: [winner]) == ["k"], "another change lost: new")
+            #expect(store.conflict(forKey: "k") == KeyConflict(key: "k", lost: [lost, alsoLost], won: winner.kept))
             #expect(store.conflictCount == 1)
             store = nil  // the store is held alone: closed before it opens again
             store = try makeStore(in: dir)
-            #expect(store.conflicts() == [KeyConflict(key: "k", lost: lost, won: winner.kept)])
+            #expect(store.conflicts() == [KeyConflict(key: "k", lost: [lost, alsoLost], won: winner.kept)])
+            winner.lost = [alsoLost]
+            #expect(try store.takeConflicts(from: [winner]).isEmpty, "one let go: nothing new")
+            #expect(store.conflict(forKey: "k")?.lost == [alsoLost])
             #expect(try store.takeConflicts(from: [remote("k", "settled", time: 1100)]).isEmpty)
             #expect(store.conflicts().isEmpty)
             store = nil  // the store is held alone: closed before it opens again
@@ -146,8 +152,10 @@ struct StoreConflictTests {
             var store: KeyValueStore! = try makeStore(in: dir)
             let mine = KeptChange(value: Data(try PropertyListCodec.encodeXML(.string("mine"))), type: .string,
                                   stamp: ChangeStamp(time: 900, counter: 0, device: "me"))
+            let tablet = KeptChange(value: Data(try PropertyListCodec.encodeXML(.string("tablet"))), type: .string,
+                                    stamp: ChangeStamp(time: 800, counter: 0, device: "tablet"))
             var winner = remote("k", "theirs", time: 1000)
-            winner.lost = mine
+            winner.lost = [mine, tablet]
             try store.applyExternal([winner])
             try store.takeConflicts(from: [winner])
             let conflict = try #require(store.conflict(forKey: "k"))
@@ -162,10 +170,13 @@ struct StoreConflictTests {
             store = try makeStore(in: dir)
             #expect(store.pendingChanges().first?.replaces == .change(winner.stamp), "what it replaced is kept with it")
 
-            _ = try store.settle(conflict, keeping: conflict.lost)
-            #expect(store.entry(forKey: "k")?.xml == Array(mine.value ?? Data()))
-            let removal = KeyConflict(key: "k", lost: KeptChange(value: nil, type: nil, stamp: mine.stamp), won: conflict.won)
-            #expect(throws: StoreError.conflictChanged("k")) { try store.settle(removal, keeping: removal.lost) }
+            #expect(conflict.lostChange(of: nil, local: "me") == mine, "the local side: this device's")
+            #expect(conflict.lostChange(of: nil, local: "elsewhere") == nil, "several lost, none local: name one")
+            #expect(conflict.lostChange(of: "tablet", local: "me") == tablet)
+            _ = try store.settle(conflict, keeping: tablet)
+            #expect(store.entry(forKey: "k")?.xml == Array(tablet.value ?? Data()))
+            let removal = KeyConflict(key: "k", lost: [KeptChange(value: nil, type: nil, stamp: mine.stamp)], won: conflict.won)
+            #expect(throws: StoreError.conflictChanged("k")) { try store.settle(removal, keeping: removal.lost[0]) }
             store.setReadOnly("a read-only token")
             #expect(throws: StoreError.readOnly("a read-only token")) { try store.settle(conflict, keeping: conflict.won) }
         }

@@ -250,6 +250,25 @@ struct WireTests {
         #expect(try JSONDecoder().decode(VersionResponse.self, from: Data(#"{"version":null}"#.utf8)).version == nil)
     }
 
+    @Test("changes that lost travel as lost, the newest (as a kvsfs that kept one reads it), and alsoLost, the others")
+    func lostOnTheWire() throws {
+        func kept(_ time: Int64, _ device: String) -> KeptChange {
+            KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: time, counter: 0, device: device))
+        }
+        var change = StampedChange(key: "k", value: nil, type: nil, stamp: ChangeStamp(time: 9, counter: 0, device: "w"))
+        #expect(!String(decoding: try JSONEncoder().encode(change), as: UTF8.self).contains("lost"), "none: neither field")
+        change.lost = [kept(5, "a")]
+        let one = String(decoding: try JSONEncoder().encode(change), as: UTF8.self)
+        #expect(one.contains(#""lost":{"#) && !one.contains("alsoLost"), "\(one)")
+        change.lost = [kept(5, "a"), kept(4, "b"), kept(3, "c")]
+        let three = try JSONEncoder().encode(change)
+        let fields = try #require(try JSONSerialization.jsonObject(with: three) as? [String: Any])
+        #expect(fields["lost"] is [String: Any] && (fields["alsoLost"] as? [Any])?.count == 2)
+        #expect(try JSONDecoder().decode(StampedChange.self, from: three) == change)
+        let older = #"{"key":"k","stamp":{"time":9,"counter":0,"device":"w"},"lost":{"stamp":{"time":5,"counter":0,"device":"a"}}}"#
+        #expect(try JSONDecoder().decode(StampedChange.self, from: Data(older.utf8)).lost == [kept(5, "a")])
+    }
+
     // MARK: - Bearer tokens
 
     @Test("the Bearer scheme in any case, then one or more spaces, then a token68", arguments: [

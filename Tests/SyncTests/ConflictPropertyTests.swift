@@ -11,12 +11,13 @@ import Testing
 /// each step taken alone so that a write may fall between a push and its fetch. What each
 /// replica knew of a key when it wrote is followed from outside: the stamps its store held.
 /// Two writes are concurrent when neither writer knew the other's. After every push the
-/// remote's conflicts are those the rule gives from that knowledge alone; every recorded
-/// conflict pairs two concurrent writes, so no sequential write is ever one; and once all have
-/// synchronised, every replica shows the remote's values and conflicts.
+/// remote's conflicts are those the rule gives from that knowledge alone, every change that
+/// lost among them, each device's newest; every kept change was concurrent with the change it
+/// lost to, so no sequential write is ever one; and once all have synchronised, every replica
+/// shows the remote's values and conflicts.
 @Suite("Kept conflicts over random schedules", .timeLimit(.minutes(2)), .shrinking(false))
 struct ConflictPropertyTests {
-    private static let tallies = Mutex((conflicts: 0, settled: 0, sequential: 0))
+    private static let tallies = Mutex((conflicts: 0, settled: 0, sequential: 0, severalLost: 0))
 
     @Test("every concurrent loss is a recorded conflict, no sequential write is, and every replica shows the same")
     func conflictsFollowTheRule() async throws {
@@ -27,13 +28,16 @@ struct ConflictPropertyTests {
         }
         let tally = Self.tallies.withLock { $0 }
         print("conflict schedules: \(tally)")
-        #expect(tally.conflicts > 0 && tally.settled > 0 && tally.sequential > 0, "schedules met conflicts, settlements and sequential writes: \(tally)")
+        #expect(tally.conflicts > 0 && tally.settled > 0 && tally.sequential > 0 && tally.severalLost > 0,
+                "schedules met conflicts, several changes lost at once, settlements and sequential writes: \(tally)")
     }
 
-    /// The remote as the rule says it stands: each key's winner and the change kept as lost.
+    /// The remote as the rule says it stands: each key's winner, the changes kept as lost
+    /// (newest first), and for each change that lost, the change it lost to.
     private struct Model {
         var head = [String: StampedChange]()
-        var lost = [String: ChangeStamp]()
+        var lost = [String: [KeptChange]]()
+        var lostTo = [ChangeStamp: ChangeStamp]()
     }
 
     private func run(_ operations: [Int], in dir: TemporaryDirectory) async throws {
@@ -97,7 +101,9 @@ struct ConflictPropertyTests {
         }
         try checkRemote(storage, against: model, knewAtWrite: knewAtWrite)
         let remote = try storage.changes(in: "default", after: 0, limit: 1000).changes
-        let remoteConflicts = remote.compactMap { change in change.lost.map { KeyConflict(key: change.key, lost: $0, won: change.kept) } }
+        let remoteConflicts = remote.compactMap { change in
+            change.lost.isEmpty ? nil : KeyConflict(key: change.key, lost: change.lost, won: change.kept)
+        }
         for (index, replica) in replicas.enumerated() {
             #expect(replica.store.conflicts() == remoteConflicts.sorted { $0.key < $1.key }, "replica \(index) shows the remote's conflicts")
             for change in remote {
@@ -114,34 +120,58 @@ struct ConflictPropertyTests {
             return
         }
         guard change.stamp != head.stamp else { return }
+        let concurrent = !(knewAtWrite[change.stamp] ?? []).contains(head.stamp)
         // Two removals (or one value twice) agree: no conflict.
-        let conflicting = !(knewAtWrite[change.stamp] ?? []).contains(head.stamp) && (change.value != head.value || change.type != head.type)
+        let agree = change.value == head.value && change.type == head.type
+        // A writer lets go of the kept change it replaced.
+        let kept = (model.lost[change.key] ?? []).filter { change.replaces != .change($0.stamp) }
         if change.stamp < head.stamp {
-            if conflicting, model.lost[change.key].map({ change.stamp > $0 }) ?? true {
-                model.lost[change.key] = change.stamp
-                Self.tallies.withLock { $0.conflicts += 1 }
+            guard concurrent, !agree else { return }
+            let lost = Self.eachDevicesNewest(kept + [change.kept], winner: head)
+            if lost != model.lost[change.key] ?? [] {
+                model.lost[change.key] = lost
+                model.lostTo[change.stamp] = head.stamp
+                Self.tallies.withLock {
+                    $0.conflicts += 1
+                    if lost.count > 1 { $0.severalLost += 1 }
+                }
             }
             return
         }
-        if conflicting {
-            Self.tallies.withLock { $0.conflicts += 1 }
+        if concurrent {
+            if !agree {
+                model.lostTo[head.stamp] = change.stamp
+                Self.tallies.withLock { $0.conflicts += 1 }
+            }
+            model.lost[change.key] = Self.eachDevicesNewest(kept + (agree ? [] : [head.kept]), winner: change)
         } else {
             Self.tallies.withLock { $0.sequential += 1 }
-            if model.lost[change.key] != nil { Self.tallies.withLock { $0.settled += 1 } }
+            if !(model.lost[change.key] ?? []).isEmpty { Self.tallies.withLock { $0.settled += 1 } }
+            model.lost[change.key] = []
         }
-        model.lost[change.key] = conflicting ? head.stamp : nil
         model.head[change.key] = change
+    }
+
+    /// Of the changes that lost to `winner`, those kept: each device's newest but the winner's
+    /// (a device holds its own changes), none that agrees with the winner, newest first.
+    private static func eachDevicesNewest(_ lost: [KeptChange], winner: StampedChange) -> [KeptChange] {
+        var byDevice = [String: KeptChange]()
+        for change in lost where change.stamp.device != winner.stamp.device && (change.value != winner.value || change.type != winner.type) {
+            if byDevice[change.stamp.device].map({ $0.stamp < change.stamp }) ?? true { byDevice[change.stamp.device] = change }
+        }
+        return byDevice.values.sorted { $0.stamp > $1.stamp }
     }
 
     private func checkRemote(_ storage: MemoryCloudStorage, against model: Model, knewAtWrite: [ChangeStamp: Set<ChangeStamp>]) throws {
         let rows = try storage.changes(in: "default", after: 0, limit: 1000).changes
         for row in rows {
             #expect(row.stamp == model.head[row.key]?.stamp, "\(row.key): the winner is the greatest stamp")
-            #expect(row.lost?.stamp == model.lost[row.key], "\(row.key): the conflict the rule gives")
-            if let lost = row.lost {
+            #expect(row.lost == model.lost[row.key] ?? [], "\(row.key): the conflict the rule gives")
+            for lost in row.lost {
                 // Neither writer knew the other's change: no sequential write is a conflict.
-                #expect(!(knewAtWrite[row.stamp] ?? []).contains(lost.stamp) && !(knewAtWrite[lost.stamp] ?? []).contains(row.stamp),
-                        "\(row.key): the two changes of a conflict are concurrent")
+                let winner = try #require(model.lostTo[lost.stamp])
+                #expect(!(knewAtWrite[winner] ?? []).contains(lost.stamp) && !(knewAtWrite[lost.stamp] ?? []).contains(winner),
+                        "\(row.key): a change kept as lost was concurrent with the change it lost to")
             }
         }
         #expect(rows.count == model.head.count)

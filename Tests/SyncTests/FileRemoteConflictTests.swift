@@ -15,12 +15,13 @@ struct FileRemoteConflictTests {
                       stamp: ChangeStamp(time: time, counter: 0, device: device), replaces: replaces)
     }
 
-    /// A file remote whose key `k` has an open conflict.
+    /// A file remote whose key `k` has an open conflict, two changes that lost.
     func conflicted(_ path: String) throws -> SQLiteCloudStorage {
         let cloud = try SQLiteCloudStorage(path: path, admission: AdmissionPolicy(now: { 10_000 }))
         _ = try cloud.push([change("k", "winner", time: 2000, device: "phone", replaces: .nothing)], to: "default")
         _ = try cloud.push([change("k", "loser", time: 1000, device: "laptop", replaces: .nothing)], to: "default")
-        #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost?.stamp.device == "laptop")
+        _ = try cloud.push([change("k", "other loser", time: 900, device: "tablet", replaces: .nothing)], to: "default")
+        #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost.map(\.stamp.device) == ["laptop", "tablet"])
         return cloud
     }
 
@@ -40,8 +41,9 @@ struct FileRemoteConflictTests {
                 try db.execute(sql: "UPDATE cloudStore SET cursor = 3")
             }
             try queue.close()
-            let row = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first)
-            #expect(row.stamp.device == "old" && row.lost == nil)
+            let batch = try cloud.changes(in: "default", after: 0, limit: 10)
+            let row = try #require(batch.changes.first)
+            #expect(row.stamp.device == "old" && row.lost.isEmpty && batch.unreadable.isEmpty, "\(batch.unreadable)")
         }
     }
 
@@ -53,7 +55,7 @@ struct FileRemoteConflictTests {
             try await queue.write { db in try db.execute(sql: "UPDATE cloudChange SET lostType = 'bogus'") }
             try queue.close()
             let batch = try cloud.changes(in: "default", after: 0, limit: 10)
-            #expect(batch.changes.map(\.key) == ["k"] && batch.changes.first?.lost == nil)
+            #expect(batch.changes.map(\.key) == ["k"] && batch.changes.first?.lost == [])
             #expect(batch.unreadable.count == 1 && batch.unreadable.first?.contains("is unknown") == true, "\(batch.unreadable)")
 
             let store = try makeStore(in: dir)
@@ -68,7 +70,22 @@ struct FileRemoteConflictTests {
             let outcome = try cloud.push([change("k", "sequential", time: 4000, device: "phone", replaces: .change(batch.changes[0].stamp))],
                                          to: "default")
             #expect(outcome.refused.isEmpty)
-            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost == nil)
+            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost == [])
+        }
+    }
+
+    @Test("earlier changes that lost, in a column that is not a list of them: reported and left out, the change still fetched")
+    func brokenEarlierLost() throws {
+        try withTemporaryDirectory { dir in
+            let cloud = try conflicted(dir.path + "/cloud.sqlite")
+            let queue = try DatabaseQueue(path: dir.path + "/cloud.sqlite")
+            for broken in [#"[{"stamp":{"time":-1,"counter":0,"device":"x"}}]"#, "not json", "[" + Array(repeating: #"{"stamp":{"time":1,"counter":0,"device":"x"}}"#, count: 8).joined(separator: ",") + "]"] {
+                try queue.write { db in try db.execute(sql: "UPDATE cloudChange SET alsoLost = ?", arguments: [Data(broken.utf8)]) }
+                let batch = try cloud.changes(in: "default", after: 0, limit: 10)
+                #expect(batch.changes.map(\.key) == ["k"] && batch.changes.first?.lost == [])
+                #expect(batch.unreadable.count == 1 && batch.unreadable.first?.contains("conflict kept") == true, "\(batch.unreadable)")
+            }
+            try queue.close()
         }
     }
 
@@ -80,11 +97,11 @@ struct FileRemoteConflictTests {
             try cloud.setLimits(QuotaLimits(totalBytes: winner.size + 10, valueBytes: winner.size + 10, keys: 10, keyNameBytes: 64), of: "default")
             _ = try cloud.push([winner], to: "default")
             _ = try cloud.push([change("k", "loser", time: 1000, device: "laptop", replaces: .nothing)], to: "default")
-            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost != nil, "kept beside a full store")
+            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost.isEmpty == false, "kept beside a full store")
             let big = change("k", String(repeating: "x", count: 100), time: 1500, device: "tablet", replaces: .nothing)
             let outcome = try cloud.push([big], to: "default")
             #expect(outcome.refused.first?.reason.contains("per-value limit") == true, "\(outcome.refused)")
-            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost?.stamp.device == "laptop")
+            #expect(try cloud.changes(in: "default", after: 0, limit: 10).changes.first?.lost.map(\.stamp.device) == ["laptop"])
         }
     }
 
