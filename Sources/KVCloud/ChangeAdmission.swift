@@ -122,6 +122,7 @@ package enum ChangeAdmission {
         try rule.checkFields(change.stamp)
         guard !change.key.isEmpty else { throw .emptyKey }
         if case .change(let replaced) = change.replaces { try rule.checkFields(replaced) }
+        for settled in change.settles { try rule.checkFields(settled) }
         var admitted = change
         admitted.key = KeyName.canonical(change.key)
         admitted.value = try admit(change.value, of: change.type, budget: &budget)

@@ -112,10 +112,11 @@ package enum CloudLedger {
             // lost the key (restored from a backup) while a mount that still holds its value
             // will push it back; the deletion, newer, must pass it over. What lost to it
             // concurrently is the rule's, not the pusher's, and is kept outside the quotas;
-            // a change that replaced the key's change settles its conflict.
+            // what lost to the key's change goes on with it, but for what its writer held.
             var lost: [KeptChange] = []
-            if let current, ConflictRule.isConcurrent(change, with: current) {
-                lost = ConflictRule.losers(current.lost + [current.kept], winner: change, pushed: change)
+            if let current {
+                let concurrent = ConflictRule.isConcurrent(change, with: current)
+                lost = ConflictRule.losers(current.lost + (concurrent ? [current.kept] : []), winner: change, pushed: change)
             }
             let usage = decision.state.usage
             let wasLive = current.map { !$0.isTombstone } ?? false
@@ -134,6 +135,7 @@ package enum CloudLedger {
             // What it replaced served its decision.
             var stored = change
             stored.replaces = nil
+            stored.settles = []
             stored.lost = lost
             if !stored.lost.isEmpty || !(current?.lost.isEmpty ?? true) { notAsPushed = true }
             decision.state.cursor += 1

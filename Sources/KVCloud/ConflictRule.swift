@@ -17,8 +17,10 @@ import KVStore
 ///
 /// Several changes can lose to one winner: each device's newest is kept (a device held its own
 /// earlier change), none from the winner's device, at most `KeptChangeList.maximumCount`. A
-/// concurrent change that wins over a key's change takes on the changes that lost to it. A
-/// change lets go of the kept change it replaced.
+/// change that becomes the key's change takes on the changes that lost to the one before,
+/// but for those its writer held: the one it replaced, and those its mount showed in that
+/// conflict when it pushed (`StampedChange.settles`). So a change settles only what its writer
+/// could see; one that does not say (a kvsfs before kept conflicts) settles none.
 package enum ConflictRule {
     /// Whether `change` was written without its writer holding `current`.
     package static func isConcurrent(_ change: StampedChange, with current: StampedChange) -> Bool {
@@ -35,13 +37,14 @@ package enum ConflictRule {
 
     /// The changes kept as lost to `winner` once `pushed` (the winner itself, or a change that
     /// lost to it) arrives, of `candidates`: each device's newest, except the winner's device's,
-    /// those that agree with the winner, and the one `pushed` replaced (its writer held it),
-    /// newest first. Longer than `KeptChangeList.maximumCount` when more devices lost than a key
+    /// those that agree with the winner, and those `pushed`'s writer held (the one it replaced,
+    /// those it settles), newest first. Longer than `KeptChangeList.maximumCount` when more devices lost than a key
     /// keeps: the caller refuses the change that would make it so.
     package static func losers(_ candidates: [KeptChange], winner: StampedChange, pushed: StampedChange) -> [KeptChange] {
         var newest: [String: KeptChange] = [:]
         for change in candidates where change.stamp < winner.stamp && change.stamp.device != winner.stamp.device
-            && (change.value != winner.value || change.type != winner.type) && pushed.replaces != .change(change.stamp) {
+            && (change.value != winner.value || change.type != winner.type) && pushed.replaces != .change(change.stamp)
+            && !pushed.settles.contains(change.stamp) {
             if let kept = newest[change.stamp.device], kept.stamp >= change.stamp { continue }
             newest[change.stamp.device] = change
         }

@@ -189,11 +189,13 @@ extension SQLiteCloudStorage {
             let history = try self.history
             let upsert = try db.cachedStatement(sql: """
                 INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor,
-                    lostValue, lostType, lostTime, lostCounter, lostDevice, alsoLost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    lostValue, lostType, lostTime, lostCounter, lostDevice, alsoLost, lostForTime, lostForCounter, lostForDevice)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT(store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                     counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
                     lostValue = excluded.lostValue, lostType = excluded.lostType, lostTime = excluded.lostTime,
-                    lostCounter = excluded.lostCounter, lostDevice = excluded.lostDevice, alsoLost = excluded.alsoLost
+                    lostCounter = excluded.lostCounter, lostDevice = excluded.lostDevice, alsoLost = excluded.alsoLost,
+                    lostForTime = excluded.lostForTime, lostForCounter = excluded.lostForCounter, lostForDevice = excluded.lostForDevice
                 """)
             for write in decision.writes {
                 let change = write.change
@@ -213,6 +215,9 @@ extension SQLiteCloudStorage {
                     try row.bind(12, Int64(lost.stamp.counter))
                     try row.bind(13, lost.stamp.device)
                     try row.bind(14, try KeptChangeList.encode(change.lost))
+                    try row.bind(15, change.stamp.time)
+                    try row.bind(16, Int64(change.stamp.counter))
+                    try row.bind(17, change.stamp.device)
                 }
                 try row.run(in: db)
             }

@@ -105,8 +105,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                 t.add(column: "lostDevice", .text)
             }
             // An older kvsfs sharing the file writes a new change without these columns: what
-            // lost to the change it replaced does not go with the new one. (This kvsfs never
-            // writes a new change with the same conflict as the one before.)
+            // lost to the change it replaced does not go with the new one. (Replaced in v4.)
             try db.execute(sql: """
                 CREATE TRIGGER cloudChangeLostGoesWithItsWinner AFTER UPDATE OF time, counter, device ON cloudChange
                 WHEN NOT (NEW.time = OLD.time AND NEW.counter = OLD.counter AND NEW.device = OLD.device)
@@ -119,18 +118,34 @@ public final class SQLiteCloudStorage: CloudStorage {
                 """)
         }
         migrator.registerMigration("v4 every change that lost") { db in
-            // The changes that lost after the newest (KeptChangeList): the newest keeps its
-            // columns, which an older kvsfs reads and writes.
-            try db.alter(table: "cloudChange") { t in t.add(column: "alsoLost", .blob) }
+            // The changes that lost after the newest (KeptChangeList), and the change they lost
+            // to (lostFor…): the newest keeps its columns, which an older kvsfs reads and writes.
+            try db.alter(table: "cloudChange") { t in
+                t.add(column: "alsoLost", .blob)
+                t.add(column: "lostForTime", .integer)
+                t.add(column: "lostForCounter", .integer)
+                t.add(column: "lostForDevice", .text)
+            }
             try db.execute(sql: """
+                UPDATE cloudChange SET lostForTime = time, lostForCounter = counter, lostForDevice = device WHERE lostDevice IS NOT NULL;
                 DROP TRIGGER cloudChangeLostGoesWithItsWinner;
+                """)
+            // A new change that says nothing of what lost (an older kvsfs's) does not take on
+            // the conflict of the one it replaced: the earlier changes that lost go, and so
+            // does the newest when the writer left its columns as they were. This kvsfs names
+            // the change a conflict goes with, and is never taken for such a writer.
+            let newestUntouched = "NEW.lostTime IS OLD.lostTime AND NEW.lostCounter IS OLD.lostCounter AND NEW.lostDevice IS OLD.lostDevice"
+            try db.execute(sql: """
                 CREATE TRIGGER cloudChangeLostGoesWithItsWinner AFTER UPDATE OF time, counter, device ON cloudChange
                 WHEN NOT (NEW.time = OLD.time AND NEW.counter = OLD.counter AND NEW.device = OLD.device)
-                    AND NEW.lostDevice IS NOT NULL AND NEW.lostTime IS OLD.lostTime AND NEW.lostCounter IS OLD.lostCounter
-                    AND NEW.lostDevice IS OLD.lostDevice
+                    AND NOT (NEW.time IS NEW.lostForTime AND NEW.counter IS NEW.lostForCounter AND NEW.device IS NEW.lostForDevice)
                 BEGIN
-                    UPDATE cloudChange SET lostValue = NULL, lostType = NULL, lostTime = NULL, lostCounter = NULL, lostDevice = NULL,
-                        alsoLost = NULL
+                    UPDATE cloudChange SET alsoLost = NULL, lostForTime = NULL, lostForCounter = NULL, lostForDevice = NULL,
+                        lostValue = CASE WHEN \(newestUntouched) THEN NULL ELSE lostValue END,
+                        lostType = CASE WHEN \(newestUntouched) THEN NULL ELSE lostType END,
+                        lostTime = CASE WHEN \(newestUntouched) THEN NULL ELSE lostTime END,
+                        lostCounter = CASE WHEN \(newestUntouched) THEN NULL ELSE lostCounter END,
+                        lostDevice = CASE WHEN \(newestUntouched) THEN NULL ELSE lostDevice END
                     WHERE store = NEW.store AND key = NEW.key;
                 END
                 """)

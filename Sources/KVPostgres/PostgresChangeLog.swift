@@ -158,7 +158,12 @@ extension PostgresServerStorage {
     /// newest first; none when it has none. Another program's columns outside the list's rule
     /// are an error; whoever takes the changes in checks each against the change rule.
     static func lost(value: Data?, type: String?, time: Int64?, counter: Int32?, device: String?, earlier: Data?) throws -> [KeptChange] {
-        guard let time, let counter, let device else { return try KeptChangeList.decode(newest: nil, earlier: earlier) }
+        guard let time, let counter, let device else {
+            guard value == nil, type == nil, time == nil, counter == nil, device == nil else {
+                throw UnreadableConflict("its conflict's stamp is not whole")
+            }
+            return try KeptChangeList.decode(newest: nil, earlier: earlier)
+        }
         let valueType = try type.map { name in
             guard let type = ValueType(rawValue: name) else { throw UnreadableConflict("its type \(name.debugDescription) is unknown") }
             return type

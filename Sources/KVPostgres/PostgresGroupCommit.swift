@@ -161,7 +161,9 @@ extension PostgresServerStorage {
                        CASE WHEN has_lost THEN NULLIF(lost_type, '') END AS lost_type,
                        CASE WHEN has_lost THEN lost_time END AS lost_time, CASE WHEN has_lost THEN lost_counter END AS lost_counter,
                        CASE WHEN has_lost THEN lost_device END AS lost_device,
-                       CASE WHEN has_lost THEN NULLIF(also_lost, ''::bytea) END AS also_lost
+                       CASE WHEN has_lost THEN NULLIF(also_lost, ''::bytea) END AS also_lost,
+                       CASE WHEN has_lost THEN time END AS lost_for_time, CASE WHEN has_lost THEN counter END AS lost_for_counter,
+                       CASE WHEN has_lost THEN device END AS lost_for_device
                 FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
                         \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
                         \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
@@ -177,14 +179,18 @@ extension PostgresServerStorage {
                 INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
                 SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written WHERE is_version)
             INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor,
-                                      lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost)
+                                      lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost,
+                                      lost_for_time, lost_for_counter, lost_for_device)
             SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor,
-                   lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost FROM written
+                   lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost,
+                   lost_for_time, lost_for_counter, lost_for_device FROM written
             ORDER BY store, key, cursor DESC
             ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
                 counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
                 lost_value = excluded.lost_value, lost_type = excluded.lost_type, lost_time = excluded.lost_time,
-                lost_counter = excluded.lost_counter, lost_device = excluded.lost_device, also_lost = excluded.also_lost
+                lost_counter = excluded.lost_counter, lost_device = excluded.lost_device, also_lost = excluded.also_lost,
+                lost_for_time = excluded.lost_for_time, lost_for_counter = excluded.lost_for_counter,
+                lost_for_device = excluded.lost_for_device
             """, logger: logger)
     }
 

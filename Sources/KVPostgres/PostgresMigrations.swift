@@ -102,18 +102,34 @@ enum PostgresSchema {
             }
         },
         PostgresMigration(name: "v4 every change that lost") { db, logger in
-            // The changes that lost after the newest (KeptChangeList): the newest keeps its
-            // columns, which an older instance reads and writes.
+            // The changes that lost after the newest (KeptChangeList), and the change they lost
+            // to (lost_for_…): the newest keeps its columns, which an older instance reads and
+            // writes.
             for statement in [
-                "ALTER TABLE kvsfs_change ADD COLUMN also_lost bytea",
+                """
+                ALTER TABLE kvsfs_change ADD COLUMN also_lost bytea, ADD COLUMN lost_for_time bigint,
+                    ADD COLUMN lost_for_counter integer, ADD COLUMN lost_for_device text
+                """,
+                """
+                UPDATE kvsfs_change SET lost_for_time = time, lost_for_counter = counter, lost_for_device = device
+                WHERE lost_device IS NOT NULL
+                """,
+                // A new change that says nothing of what lost (an older instance's) does not take
+                // on the conflict of the one it replaced: the earlier changes that lost go, and so
+                // does the newest when the writer left its columns as they were. This kvsfs names
+                // the change a conflict goes with, and is never taken for such a writer.
                 """
                 CREATE OR REPLACE FUNCTION kvsfs_lost_goes_with_its_winner() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
                     IF (NEW.time, NEW.counter, NEW.device) IS DISTINCT FROM (OLD.time, OLD.counter, OLD.device)
-                       AND (NEW.lost_time, NEW.lost_counter, NEW.lost_device) IS NOT DISTINCT FROM
+                       AND (NEW.time, NEW.counter, NEW.device) IS DISTINCT FROM
+                           (NEW.lost_for_time, NEW.lost_for_counter, NEW.lost_for_device) THEN
+                        IF (NEW.lost_time, NEW.lost_counter, NEW.lost_device) IS NOT DISTINCT FROM
                            (OLD.lost_time, OLD.lost_counter, OLD.lost_device) THEN
-                        NEW.lost_value := NULL; NEW.lost_type := NULL; NEW.lost_time := NULL;
-                        NEW.lost_counter := NULL; NEW.lost_device := NULL; NEW.also_lost := NULL;
+                            NEW.lost_value := NULL; NEW.lost_type := NULL; NEW.lost_time := NULL;
+                            NEW.lost_counter := NULL; NEW.lost_device := NULL;
+                        END IF;
+                        NEW.also_lost := NULL; NEW.lost_for_time := NULL; NEW.lost_for_counter := NULL; NEW.lost_for_device := NULL;
                     END IF;
                     RETURN NEW;
                 END $$

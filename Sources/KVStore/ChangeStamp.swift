@@ -73,11 +73,12 @@ public struct HybridLogicalClock: Sendable {
 /// One key's latest change as it travels between replicas: its value (canonical XML), or a
 /// tombstone when the change deleted the key.
 ///
-/// Two more fields travel with it. A push says what the change `replaces`: the change of the
+/// More fields travel with it. A push says what the change `replaces`: the change of the
 /// key its writer held when it wrote, as the remote last gave it. The remote decides by it
-/// whether the change is concurrent with what it holds (`ConflictRule`). A fetched change says
-/// what `lost` to it: the key's open conflict, which the remote keeps until a later write
-/// settles it.
+/// whether the change is concurrent with what it holds (`ConflictRule`). A push also says which
+/// changes that lost to the replaced one its mount showed (`settles`): the change lets go of
+/// those alone. A fetched change says what `lost` to it: the key's open conflict, which the
+/// remote keeps until a later write settles it.
 ///
 /// On the wire `lost` is two fields: `lost`, the newest change that lost (one object, as a
 /// kvsfs that kept one per key reads it), and `alsoLost`, the others, newest first (left out
@@ -91,22 +92,26 @@ public struct StampedChange: Hashable, Sendable, Codable {
     /// Sent with a push: what the writer held of the key when it wrote; nil when it did not say
     /// (a kvsfs before kept conflicts). Neither nil nor `.unknown` is ever taken for a conflict.
     public var replaces: Replaced?
+    /// Sent with a push: the stamps of the changes that lost to the one this change replaces,
+    /// as its mount held that conflict when it pushed; empty when it held none.
+    public var settles: [ChangeStamp]
     /// Given with a fetched change: the changes that lost to this one concurrently, while no
     /// later write has settled them, newest first (`ConflictRule.losers`); empty when the key
     /// has no open conflict.
     public var lost: [KeptChange]
 
     public init(key: String, value: Data?, type: ValueType?, stamp: ChangeStamp,
-                replaces: Replaced? = nil, lost: [KeptChange] = []) {
+                replaces: Replaced? = nil, settles: [ChangeStamp] = [], lost: [KeptChange] = []) {
         self.key = key
         self.value = value
         self.type = type
         self.stamp = stamp
         self.replaces = replaces
+        self.settles = settles
         self.lost = lost
     }
 
-    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, lost, alsoLost }
+    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, settles, lost, alsoLost }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -115,6 +120,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         type = try container.decodeIfPresent(ValueType.self, forKey: .type)
         stamp = try container.decode(ChangeStamp.self, forKey: .stamp)
         replaces = try container.decodeIfPresent(Replaced.self, forKey: .replaces)
+        settles = try container.decodeIfPresent([ChangeStamp].self, forKey: .settles) ?? []
         lost = []
         if let newest = try container.decodeIfPresent(KeptChange.self, forKey: .lost) {
             lost = [newest] + (try container.decodeIfPresent([KeptChange].self, forKey: .alsoLost) ?? [])
@@ -128,6 +134,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         try container.encodeIfPresent(type, forKey: .type)
         try container.encode(stamp, forKey: .stamp)
         try container.encodeIfPresent(replaces, forKey: .replaces)
+        if !settles.isEmpty { try container.encode(settles, forKey: .settles) }
         try container.encodeIfPresent(lost.first, forKey: .lost)
         if lost.count > 1 { try container.encode(lost.dropFirst().map { $0 }, forKey: .alsoLost) }
     }

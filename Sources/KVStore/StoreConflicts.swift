@@ -16,6 +16,20 @@ public struct KeyConflict: Hashable, Sendable, Codable {
         self.lost = lost
         self.won = won
     }
+
+    private enum CodingKeys: String, CodingKey { case key, lost, won }
+
+    /// Also as a daemon that kept one change that lost gives it: `lost` one object.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        key = try container.decode(String.self, forKey: .key)
+        won = try container.decode(KeptChange.self, forKey: .won)
+        do {
+            lost = try container.decode([KeptChange].self, forKey: .lost)
+        } catch DecodingError.typeMismatch {
+            lost = [try container.decode(KeptChange.self, forKey: .lost)]
+        }
+    }
 }
 
 extension KeyConflict {

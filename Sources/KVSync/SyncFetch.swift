@@ -78,7 +78,8 @@ extension SyncEngine {
         var latest = [String: StampedChange]()
         while true {
             let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
-            for change in admit(batch) where latest[change.key].map({ change.stamp > $0.stamp }) ?? true {
+            // A key's change given again later (with its conflict) is the one the remote holds.
+            for change in admit(batch) where latest[change.key].map({ change.stamp >= $0.stamp }) ?? true {
                 latest[change.key] = change
             }
             position = position.after(batch)

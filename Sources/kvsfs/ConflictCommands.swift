@@ -76,7 +76,7 @@ struct Resolve: ParsableCommand {
     @Flag(help: "Keep the change that won.")
     var keepRemote = false
 
-    @Option(help: ArgumentHelp("With --keep-local: keep the change this device lost.", valueName: "DEVICE"))
+    @Option(help: ArgumentHelp("With --keep-local: keep the change that device DEVICE lost, not this mount's.", valueName: "DEVICE"))
     var device: String?
 
     func validate() throws {

@@ -68,7 +68,14 @@ struct ConflictConformanceTests {
             _ = try await log.push([concurrent], to: store)
             #expect(try await row("k", in: log, store)?.lost == [second.kept], "the tablet never held the phone's change")
 
-            let settling = change("k", "settled", time: Self.now - 100, device: "laptop", replaces: .change(concurrent.stamp))
+            // The desk held the tablet's change but was never shown the phone's, which lost to it:
+            // that goes on with the desk's change.
+            let unseen = change("k", "unseen", time: Self.now - 200, device: "desk", replaces: .change(concurrent.stamp))
+            _ = try await log.push([unseen], to: store)
+            #expect(try await row("k", in: log, store)?.lost == [second.kept], "a change lets go only of what its writer was shown")
+
+            var settling = change("k", "settled", time: Self.now - 100, device: "laptop", replaces: .change(unseen.stamp))
+            settling.settles = [second.stamp]
             _ = try await log.push([settling], to: store)
             let given = try #require(try await row("k", in: log, store))
             #expect(given.stamp == settling.stamp && given.lost.isEmpty)
@@ -146,6 +153,19 @@ struct ConflictConformanceTests {
             #expect(outcome.accepted.isEmpty)
             #expect(outcome.refused.first?.reason.contains("settle its conflict first") == true, "\(outcome.refused)")
             #expect(try await row("k", in: log, store)?.lost == losers.reversed().map(\.kept))
+        }
+    }
+
+    @Test("a concurrent change that wins and agrees with the change it replaced keeps what lost to that one", arguments: Kind.allCases)
+    func agreeingWinnerKeepsLosers(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let now = Self.now
+            let removal = change("k", nil, time: now - 500, device: "laptop", replaces: .nothing)
+            let kept = change("k", "kept", time: now - 600, device: "phone", replaces: .nothing)
+            let sameRemoval = change("k", nil, time: now - 400, device: "tablet", replaces: .nothing)
+            for pushed in [removal, kept, sameRemoval] { _ = try await log.push([pushed], to: store) }
+            let given = try #require(try await row("k", in: log, store))
+            #expect(given.stamp == sameRemoval.stamp && given.lost == [kept.kept], "the phone's value is never let go unseen")
         }
     }
 

@@ -166,6 +166,7 @@ struct StoreConflictTests {
             #expect(after?.xml == Array(winner.value ?? Data()), "the winner's value, not what was pending")
             let settling = try #require(store.pendingChanges().first)
             #expect(settling.stamp > winner.stamp && settling.replaces == .change(winner.stamp))
+            #expect(settling.settles == [mine.stamp, tablet.stamp], "it lets go of what the mount showed lost to the winner")
             store = nil
             store = try makeStore(in: dir)
             #expect(store.pendingChanges().first?.replaces == .change(winner.stamp), "what it replaced is kept with it")

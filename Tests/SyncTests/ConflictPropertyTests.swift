@@ -123,8 +123,8 @@ struct ConflictPropertyTests {
         let concurrent = !(knewAtWrite[change.stamp] ?? []).contains(head.stamp)
         // Two removals (or one value twice) agree: no conflict.
         let agree = change.value == head.value && change.type == head.type
-        // A writer lets go of the kept change it replaced.
-        let kept = (model.lost[change.key] ?? []).filter { change.replaces != .change($0.stamp) }
+        // A writer lets go of the kept changes it held: the one it replaced, those it settles.
+        let kept = (model.lost[change.key] ?? []).filter { change.replaces != .change($0.stamp) && !change.settles.contains($0.stamp) }
         if change.stamp < head.stamp {
             guard concurrent, !agree else { return }
             let lost = Self.eachDevicesNewest(kept + [change.kept], winner: head)
@@ -145,9 +145,13 @@ struct ConflictPropertyTests {
             }
             model.lost[change.key] = Self.eachDevicesNewest(kept + (agree ? [] : [head.kept]), winner: change)
         } else {
-            Self.tallies.withLock { $0.sequential += 1 }
-            if !(model.lost[change.key] ?? []).isEmpty { Self.tallies.withLock { $0.settled += 1 } }
-            model.lost[change.key] = []
+            // What lost before goes on with the new change, but for what its writer held.
+            let lost = Self.eachDevicesNewest(kept, winner: change)
+            Self.tallies.withLock {
+                $0.sequential += 1
+                if lost.count < (model.lost[change.key] ?? []).count { $0.settled += 1 }
+            }
+            model.lost[change.key] = lost
         }
         model.head[change.key] = change
     }

@@ -4,6 +4,7 @@ import GRDB
 import KVStore
 import KVSync
 import KVTestSupport
+import Synchronization
 import Testing
 
 /// Conflicts in the file remote's rows as other programs may leave them: an older kvsfs that
@@ -44,6 +45,26 @@ struct FileRemoteConflictTests {
             let batch = try cloud.changes(in: "default", after: 0, limit: 10)
             let row = try #require(batch.changes.first)
             #expect(row.stamp.device == "old" && row.lost.isEmpty && batch.unreadable.isEmpty, "\(batch.unreadable)")
+        }
+    }
+
+    @Test("a new change the release that kept one change that lost writes keeps its own conflict, and no older list")
+    func oneLoserWriter() throws {
+        try withTemporaryDirectory { dir in
+            let cloud = try conflicted(dir.path + "/cloud.sqlite")
+            let winner = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first)
+            // Its concurrent winner: the change it replaced, in the lost columns it knows.
+            let queue = try DatabaseQueue(path: dir.path + "/cloud.sqlite")
+            try queue.write { db in
+                try db.execute(sql: """
+                    UPDATE cloudChange SET value = NULL, type = NULL, time = 3000, counter = 0, device = 'previous', cursor = 4,
+                        lostValue = value, lostType = type, lostTime = time, lostCounter = counter, lostDevice = device
+                    """)
+                try db.execute(sql: "UPDATE cloudStore SET cursor = 4")
+            }
+            try queue.close()
+            let batch = try cloud.changes(in: "default", after: 0, limit: 10)
+            #expect(batch.changes.first?.lost == [winner.kept] && batch.unreadable.isEmpty, "\(batch)")
         }
     }
 
@@ -158,5 +179,49 @@ final class WriteDuringPush: Remote, @unchecked Sendable {
 
     func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
         try await remote.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+    }
+}
+
+/// A remote that gives one change a page, and before the second page lets another device's
+/// change lose to the first: the first page's key is then given again, later, with the conflict.
+private final class LosingBetweenPages: Remote {
+    let storage: MemoryCloudStorage
+    let loser: StampedChange
+    let pages = Atomic(0)
+
+    init(storage: MemoryCloudStorage, loser: StampedChange) {
+        self.storage = storage
+        self.loser = loser
+    }
+
+    var description: String { "paged memory" }
+    func identity() async throws -> String { try await memoryRemote(storage).identity() }
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome { try await memoryRemote(storage).push(changes, mark: mark) }
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+        let batch = try storage.changes(in: "default", after: cursor, mark: mark, limit: 1)
+        if pages.add(1, ordering: .relaxed).newValue == 1 { _ = try storage.push([loser], to: "default") }
+        return batch
+    }
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool { false }
+}
+
+@Suite("Conflicts taken in with a whole history", .timeLimit(.minutes(1)))
+struct WholeHistoryConflictTests {
+    @Test("a key given again with its conflict while the history is read in pages ends with the conflict")
+    func givenAgainBetweenPages() async throws {
+        try await withTemporaryDirectory { dir in
+            let storage = MemoryCloudStorage()
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            func change(_ key: String, _ text: String, time: Int64, device: String) -> StampedChange {
+                StampedChange(key: key, value: Data(try! PropertyListCodec.encodeXML(.string(text))), type: .string,
+                              stamp: ChangeStamp(time: time, counter: 0, device: device), replaces: .nothing)
+            }
+            _ = try storage.push([change("a", "winner", time: now, device: "phone"), change("b", "other", time: now, device: "phone")], to: "default")
+            let loser = change("a", "loser", time: now - 100, device: "laptop")
+            let store = try makeStore(in: dir)
+            let engine = SyncEngine(store: store, remote: LosingBetweenPages(storage: storage, loser: loser), applier: StoreApplier(store: store)) { _ in }
+            try await engine.replaceWithRemote()
+            #expect(store.conflict(forKey: "a")?.lost == [loser.kept], "the row as the remote holds it now")
+        }
     }
 }
