@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import KVCloud
 import KVWire
 import NIOCore
 import Synchronization
@@ -8,8 +9,9 @@ import Synchronization
 
 extension SyncServer {
     /// How long an event stream goes on trusting its token before it looks it up again: a
-    /// revoked token ends its streams within this time.
-    static let streamTokenRecheck = Duration.seconds(1)
+    /// revoked token ends its streams within this time, and the storage's own sharing of such
+    /// looks (`TokenRechecks`, at most as long again): within a second in all.
+    static let streamTokenRecheck = Duration.milliseconds(500)
 
     /// Writes every batch of changes after `cursor` as an event as soon as it lands, and a
     /// comment every 10 s so that a dead connection is found; ends when `allowed` turns false
@@ -25,23 +27,21 @@ extension SyncServer {
                 guard await allowed() else { break }
                 checked = .now
             }
-            let seen = notifier.version(of: store)
-            if let (event, upTo) = recentEvents.event(of: store, after: cursor) {
-                try await writer.write(event)
-                cursor = upTo
-                continue
+            let after = cursor
+            let read = try await storeReads.read(of: store, after: after, seen: notifier.version(of: store)) { [self] in
+                try await run { try await storage.changes(in: store, after: after, mark: nil, limit: 4096) }
             }
-            let batch = try await run { try await storage.changes(in: store, after: cursor, mark: nil, limit: 4096) }
-            if !batch.changes.isEmpty {
-                let event = ByteBuffer(bytes: try ChangeEvent.encode(batch))
-                recentEvents.keep(event, of: store, after: cursor, upTo: batch.cursor)
+            if let event = read.event {
                 try await writer.write(event)
-                cursor = batch.cursor
-                continue
+                cursor = read.upTo
+                // More than one event's worth: read on at once.
+                if !read.complete { continue }
             }
-            await notifier.wait(for: store, since: seen, timeout: .seconds(10))
+            // Everything up to the version read before the read began is written: a change
+            // since has moved the version on, and the wait ends at once.
+            await notifier.wait(for: store, since: read.seen, timeout: .seconds(10))
             // Nothing landed: the wait timed out.
-            if notifier.version(of: store) == seen { try await writer.write(ByteBuffer(string: ChangeEvent.keepAlive)) }
+            if notifier.version(of: store) == read.seen { try await writer.write(ByteBuffer(string: ChangeEvent.keepAlive)) }
         }
         try await writer.finish(nil)
     }
@@ -52,31 +52,70 @@ extension SyncServer {
     }
 }
 
-/// The last event of each store's stream, encoded once for every stream at the same cursor (a
-/// store's devices wake together, at the same place). An event kept a while is still right:
-/// it holds every change after its cursor up to its own, and the stream then reads on from there.
-final class RecentEvents: Sendable {
-    private struct Event {
-        var after: Int64
+/// A store's changes after a cursor, read once for every stream at that cursor: the streams of
+/// a store's devices wake together, at the same place, and share one read of the storage and
+/// one encoding. A read that found changes is kept for streams that come later: it is still
+/// right, as it holds every change after its cursor up to its own, and the stream reads on
+/// from there. One that found none is shared only while it runs (the next push outdates it).
+final class StoreReads: Sendable {
+    struct Read: Sendable {
+        /// The changes after the cursor as one event; nil when there were none.
+        var event: ByteBuffer?
+        /// The cursor the event reaches.
         var upTo: Int64
-        var bytes: ByteBuffer
+        /// Whether the event holds every change the store had when the read began.
+        var complete: Bool
+        /// The store's notifier version read before the read began.
+        var seen: UInt64
     }
 
-    private let events = Mutex<[String: Event]>([:])
+    private struct Entry {
+        var after: Int64
+        var id: UInt64
+        var task: Task<Read, any Error>
+    }
 
-    func event(of store: String, after cursor: Int64) -> (ByteBuffer, upTo: Int64)? {
-        events.withLock { events in
-            guard let event = events[store], event.after == cursor else { return nil }
-            return (event.bytes, event.upTo)
+    private struct State {
+        var entries: [String: Entry] = [:]
+        var lastID: UInt64 = 0
+    }
+
+    /// Reads kept for at most this many stores (any one makes room), each of at most 64 KiB.
+    private static let stores = 4096
+    private static let keptBytes = 64 << 10
+    private let state = Mutex(State())
+
+    /// The changes of `store` after `cursor`: the read a stream at the same cursor began, or a
+    /// new one (`fetch`) begun when the store's notifier had version `seen`.
+    func read(of store: String, after cursor: Int64, seen: UInt64,
+              _ fetch: @escaping @Sendable () async throws -> ChangeBatch) async throws -> Read {
+        let task = state.withLock { state -> Task<Read, any Error> in
+            if let entry = state.entries[store], entry.after == cursor { return entry.task }
+            state.lastID &+= 1
+            let id = state.lastID
+            // It runs to its end even when the stream that began it goes away: others await it.
+            let task = Task { [self] () async throws -> Read in
+                do {
+                    let batch = try await fetch()
+                    let event = batch.changes.isEmpty ? nil : ByteBuffer(bytes: try ChangeEvent.encode(batch))
+                    if (event?.readableBytes ?? .max) > Self.keptBytes { forget(store, id) }
+                    return Read(event: event, upTo: batch.cursor, complete: batch.complete, seen: seen)
+                } catch {
+                    forget(store, id)
+                    throw error
+                }
+            }
+            if state.entries.count >= Self.stores, state.entries[store] == nil, let any = state.entries.keys.first { state.entries[any] = nil }
+            state.entries[store] = Entry(after: cursor, id: id, task: task)
+            return task
         }
+        return try await task.value
     }
 
-    /// Keeps events of at most 64 KiB, for at most 4096 stores (any one makes room).
-    func keep(_ bytes: ByteBuffer, of store: String, after cursor: Int64, upTo: Int64) {
-        guard bytes.readableBytes <= 64 << 10 else { return }
-        events.withLock { events in
-            if events.count >= 4096, events[store] == nil, let any = events.keys.first { events[any] = nil }
-            events[store] = Event(after: cursor, upTo: upTo, bytes: bytes)
+    /// Stops sharing read `id` of `store`, unless another took its place.
+    private func forget(_ store: String, _ id: UInt64) {
+        state.withLock { state in
+            if state.entries[store]?.id == id { state.entries[store] = nil }
         }
     }
 }

@@ -91,6 +91,7 @@ public final class SQLiteServerStorage: ServerStorage {
 /// Like the stores, every call runs on `BlockingThreads.sqlite`.
 public final class SQLiteAccountStorage: AccountStorage {
     private let database: DatabasePool
+    private let rechecks = TokenRechecks()
 
     public init(path: String) throws(AccountError) {
         do {
@@ -168,6 +169,12 @@ public final class SQLiteAccountStorage: AccountStorage {
     private static func scope(_ row: Row) throws -> TokenScope {
         TokenScope(account: try row.decode(forColumn: "account"), store: try row.decode(forColumn: "store"),
                    readOnly: try row.decode(forColumn: "readOnly"))
+    }
+
+    /// Streams' looks again at their tokens, shared (`TokenRechecks`): other processes revoke
+    /// tokens in this file unheard.
+    public func stillActiveToken(id: String) async throws(AccountError) -> TokenRecord? {
+        try await rechecks.record(id) { () throws(AccountError) in try await activeToken(id: id) }
     }
 
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {

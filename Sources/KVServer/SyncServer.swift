@@ -44,8 +44,8 @@ public struct SyncServer: Sendable {
     public let notifier = ChangeNotifier()
     public let metrics = ServerMetrics()
     public let limiter: RateLimiter
-    /// The last event written for each store, for the other streams at the same cursor.
-    let recentEvents = RecentEvents()
+    /// Reads of each store's changes, shared by its streams at the same cursor.
+    let storeReads = StoreReads()
     let renewals = IdentityRenewals()
     let logger = Logger(label: "kvsfs.serve")
 
