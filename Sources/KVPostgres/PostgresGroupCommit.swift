@@ -20,7 +20,7 @@ extension PostgresServerStorage {
         do {
             try await createStores(of: group)
             return try await run {
-                try await client.withTransaction(logger: logger) { db in
+                try await pushClient.withTransaction(logger: logger) { db in
                     try await decideAndWrite(group, db)
                 }
             }
@@ -202,7 +202,7 @@ extension PostgresServerStorage {
         guard !unseen.isEmpty else { return }
         let limits = QuotaLimits.modelled
         try await run {
-            try await client.query("""
+            try await pushClient.query("""
                 INSERT INTO kvsfs_store (id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes)
                 SELECT id, 0, 0, 0, \(limits.totalBytes), \(limits.valueBytes), \(limits.keys), \(limits.keyNameBytes)
                 FROM unnest(\(unseen)::text[]) AS id

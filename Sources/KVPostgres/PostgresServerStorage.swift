@@ -20,6 +20,9 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     public static let tokenChannel = "kvsfs_tokens"
 
     let client: PostgresClient
+    /// The group commits' own connections: a push never waits behind the reads of the
+    /// stores' event streams for a connection.
+    let pushClient: PostgresClient
     private let runner: Task<Void, Never>
     let logger: Logger
     public let location: PostgresLocation
@@ -46,8 +49,17 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         self.admission = admission
         self.logger = logger
         let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
+        var pushes = location.clientConfiguration
+        pushes.options.maximumConnections = 2
+        let pushClient = PostgresClient(configuration: pushes, backgroundLogger: logger)
         self.client = client
-        runner = Task { await client.run() }
+        self.pushClient = pushClient
+        runner = Task {
+            await withDiscardingTaskGroup { group in
+                group.addTask { await client.run() }
+                group.addTask { await pushClient.run() }
+            }
+        }
     }
 
     /// Connects to the database and applies the schema's migrations it lacks (see

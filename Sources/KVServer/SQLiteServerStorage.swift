@@ -88,7 +88,7 @@ public final class SQLiteServerStorage: ServerStorage {
 }
 
 /// Accounts and tokens in tables of a SQLite file (the single-machine server's database).
-/// Like the stores, every call runs on `BlockingThreads.sqlite`.
+/// Like the stores', every call runs on threads of its own: `BlockingThreads.sqliteAccounts`.
 public final class SQLiteAccountStorage: AccountStorage {
     private let database: DatabasePool
     private let rechecks = TokenRechecks()
@@ -189,10 +189,10 @@ public final class SQLiteAccountStorage: AccountStorage {
         }
     }
 
-    /// Runs `body` on `BlockingThreads.sqlite`; an error other than an `AccountError` is the
+    /// Runs `body` on `BlockingThreads.sqliteAccounts`; an error other than an `AccountError` is the
     /// database's.
     private func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(AccountError) -> T {
-        try await BlockingThreads.sqlite.run { () throws(AccountError) in
+        try await BlockingThreads.sqliteAccounts.run { () throws(AccountError) in
             do {
                 return try body()
             } catch let error as AccountError {
