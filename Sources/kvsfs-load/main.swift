@@ -69,6 +69,29 @@ func elapsedMicroseconds() -> Int64 {
     return d.components.seconds * 1_000_000 + d.components.attoseconds / 1_000_000_000_000
 }
 
+/// The deliveries an event holds, read once for all the watchers of its store: they get the
+/// same bytes, and reading them is most of what a watcher costs the generator.
+final class EventReadings: Sendable {
+    struct Reading: Sendable {
+        var cursor: Int64
+        /// Each change's push time (µs) and the instance it was pushed to.
+        var sent: [(Int64, Int)]
+    }
+
+    private let readings = Mutex<[String: Reading]>([:])
+
+    func reading(of event: String) throws -> Reading? {
+        if let known = readings.withLock({ $0[event] }) { return known }
+        guard let batch = try ChangeEvent.batch(in: event) else { return nil }
+        let reading = Reading(cursor: batch.cursor, sent: batch.changes.compactMap { $0.value.flatMap(LoadClient.sentTime) })
+        readings.withLock { readings in
+            if readings.count >= 4096 { readings = [:] }
+            readings[event] = reading
+        }
+        return reading
+    }
+}
+
 /// What the run saw, over the measured window only.
 final class Tally: Sendable {
     private struct State {
@@ -79,6 +102,8 @@ final class Tally: Sendable {
         /// Of those, the changes a watcher got from another instance than the one pushed to.
         var crossing: [Int64] = []
         var pushLatency: [Int64] = []
+        /// How late each push began against its slot in the steady rate: the generator's own delay.
+        var pushLag: [Int64] = []
         var pushed = 0
         /// Deliveries the accepted pushes owe: one per watcher of the store pushed to.
         var expected = 0
@@ -110,9 +135,10 @@ final class Tally: Sendable {
         }
     }
 
-    func pushed(latency: Int64?, watchers: Int) {
+    func pushed(latency: Int64?, lag: Int64, watchers: Int) {
         state.withLock { state in
             guard state.measuring else { return }
+            state.pushLag.append(lag)
             if let latency {
                 state.pushed += 1
                 state.expected += watchers
@@ -125,14 +151,16 @@ final class Tally: Sendable {
 
     func watchFailed() { state.withLock { $0.watchErrors += 1 } }
 
-    var snapshot: (propagation: [Int64], crossing: [Int64], pushLatency: [Int64], pushed: Int, expected: Int, pushErrors: Int, watchErrors: Int) {
-        state.withLock { ($0.propagation, $0.crossing, $0.pushLatency, $0.pushed, $0.expected, $0.pushErrors, $0.watchErrors) }
+    var snapshot: (propagation: [Int64], crossing: [Int64], pushLatency: [Int64], pushLag: [Int64], pushed: Int, expected: Int,
+                   pushErrors: Int, watchErrors: Int) {
+        state.withLock { ($0.propagation, $0.crossing, $0.pushLatency, $0.pushLag, $0.pushed, $0.expected, $0.pushErrors, $0.watchErrors) }
     }
 }
 
 struct LoadClient: Sendable {
     let client: HTTPClient
     let options: Options
+    let readings = EventReadings()
 
     func url(_ store: String, _ resource: WirePath.StoreResource, _ query: String = "", instance: Int = 0) -> String {
         options.urls[instance] + WirePath.store(account: options.account, store: store, resource) + query
@@ -167,13 +195,11 @@ struct LoadClient: Sendable {
                     var chunk = chunk
                     pending.writeBuffer(&chunk)
                     while let event = ServerSentEvents.next(in: &pending) {
-                        guard let batch = try ChangeEvent.batch(in: event) else { continue }
-                        for change in batch.changes {
-                            if let (sent, pushedTo) = change.value.flatMap(Self.sentTime) {
-                                tally.delivered(sentAt: sent, crossed: pushedTo != instance)
-                            }
+                        guard let reading = try readings.reading(of: event) else { continue }
+                        for (sent, pushedTo) in reading.sent {
+                            tally.delivered(sentAt: sent, crossed: pushedTo != instance)
                         }
-                        cursor = batch.cursor
+                        cursor = reading.cursor
                     }
                     if ContinuousClock.now >= deadline { return }
                 }
@@ -184,8 +210,9 @@ struct LoadClient: Sendable {
         }
     }
 
-    /// One change, timed from the push's start to its answer.
-    func push(key: String, to storeIndex: Int, through instance: Int, sequence: Int32, tally: Tally) async {
+    /// One change, timed from the push's start to its answer; `slot`: when (µs) the steady rate
+    /// meant it to start.
+    func push(key: String, to storeIndex: Int, through instance: Int, sequence: Int32, slot: Int64, tally: Tally) async {
         let store = "s\(storeIndex)"
         // Watcher w watches store w % stores.
         let watchers = options.watchers / options.stores + (storeIndex < options.watchers % options.stores ? 1 : 0)
@@ -201,9 +228,9 @@ struct LoadClient: Sendable {
             request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(PushRequest(changes: [change]))))
             let response = try await client.execute(request, timeout: .seconds(30))
             _ = try await response.body.collect(upTo: 1 << 20)
-            tally.pushed(latency: response.status == .ok ? elapsedMicroseconds() - sent : nil, watchers: watchers)
+            tally.pushed(latency: response.status == .ok ? elapsedMicroseconds() - sent : nil, lag: sent - slot, watchers: watchers)
         } catch {
-            tally.pushed(latency: nil, watchers: 0)
+            tally.pushed(latency: nil, lag: sent - slot, watchers: 0)
         }
     }
 
@@ -263,6 +290,7 @@ await withTaskGroup(of: Void.self) { group in
         try? await Task.sleep(for: .seconds(1))
         let before = options.serverPIDs.map(processUsage)
         let started = ContinuousClock.now
+        let startedAt = elapsedMicroseconds()
         tally.startMeasuring()
         let interval = Duration.seconds(1 / options.rate)
         let total = Int(options.rate * options.seconds)
@@ -271,7 +299,8 @@ await withTaskGroup(of: Void.self) { group in
                 try? await Task.sleep(until: started + interval * n, clock: .continuous)
                 let store = Int.random(in: 0..<options.stores)
                 let instance = n % options.urls.count
-                pushes.addTask { await load.push(key: "k\(n % 64)", to: store, through: instance, sequence: Int32(n), tally: tally) }
+                let slot = startedAt + Int64(Double(n) / options.rate * 1_000_000)
+                pushes.addTask { await load.push(key: "k\(n % 64)", to: store, through: instance, sequence: Int32(n), slot: slot, tally: tally) }
             }
         }
         // Let the last changes arrive, then stop counting.
@@ -285,6 +314,7 @@ await withTaskGroup(of: Void.self) { group in
         let propagation = result.propagation.sorted()
         let crossing = result.crossing.sorted()
         let pushes = result.pushLatency.sorted()
+        let lag = result.pushLag.sorted()
         print("""
             load: \(options.watchers) watchers (\(tally.connectedCount) connected) on \(options.stores) stores, \
             \(options.rate) changes/s for \(options.seconds) s
@@ -311,7 +341,10 @@ await withTaskGroup(of: Void.self) { group in
                          Double(after.rssKB) / 1024, Double(after.peakKB) / 1024))
         }
         if let mine {
-            print(String(format: "  this generator: CPU %.1f s in all, RSS %.1f MB", mine.cpu, Double(mine.rssKB) / 1024))
+            // How late pushes began is the generator's own delay: when it grows, the generator
+            // (sharing the cores) is the limit, not the server.
+            print(String(format: "  this generator: CPU %.1f s in all, RSS %.1f MB; pushes began late by p50 %.1f ms, p99 %.1f ms",
+                         mine.cpu, Double(mine.rssKB) / 1024, percentile(lag, 0.5), percentile(lag, 0.99)))
         }
     }
 }
