@@ -78,15 +78,31 @@ final class EventReadings: Sendable {
         var sent: [(Int64, Int)]
     }
 
-    private let readings = Mutex<[String: Reading]>([:])
+    /// An event's text with its hash, taken before the lock: thousands of watchers look
+    /// events up at once, and hashing a whole event under the lock made them queue for it.
+    private struct Key: Hashable {
+        let text: String
+        let hash: Int
+
+        init(_ text: String) {
+            self.text = text
+            hash = text.hashValue
+        }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+        static func == (a: Key, b: Key) -> Bool { a.hash == b.hash && a.text == b.text }
+    }
+
+    private let readings = Mutex<[Key: Reading]>([:])
 
     func reading(of event: String) throws -> Reading? {
-        if let known = readings.withLock({ $0[event] }) { return known }
+        let key = Key(event)
+        if let known = readings.withLock({ $0[key] }) { return known }
         guard let batch = try ChangeEvent.batch(in: event) else { return nil }
         let reading = Reading(cursor: batch.cursor, sent: batch.changes.compactMap { $0.value.flatMap(LoadClient.sentTime) })
         readings.withLock { readings in
             if readings.count >= 4096 { readings = [:] }
-            readings[event] = reading
+            readings[key] = reading
         }
         return reading
     }
