@@ -33,6 +33,12 @@ case "$backend" in
     *) echo "bench: the backend is sqlite, postgres or postgres2, not $backend" >&2; exit 2 ;;
 esac
 ulimit -n "$(ulimit -Hn)"   # a socket per watcher, in the generator and in the server
+# The generator holds a socket per watcher and some for pushes, and so does the server.
+needed=$((watchers + 1024))
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$needed" ]; then
+    echo "bench: $watchers watchers need $needed open files in each process; the limit here is $(ulimit -n) (raise the hard limit)" >&2
+    exit 2
+fi
 token=$("$kvsfs" account create load --database "$database")
 servers=()
 for port in $(seq 18790 $((18789 + instances))); do

@@ -26,7 +26,9 @@ extension SyncServer {
         }
         return Application(
             router: makeRouter(), server: builder,
-            configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs"),
+            // Mounts reconnect together after a restart or a network fault: thousands of
+            // connections may wait to be accepted at once (the kernel caps it at somaxconn).
+            configuration: .init(address: .hostname(host, port: port), serverName: "kvsfs", backlog: 4096),
             onServerRunning: { _ in listening() },
             logger: logger)
     }
