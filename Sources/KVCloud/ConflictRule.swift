@@ -19,7 +19,7 @@ import KVStore
 /// earlier change), none from the winner's device, at most `KeptChangeList.maximumCount`. A
 /// change that becomes the key's change takes on the changes that lost to the one before,
 /// but for those its writer held: the one it replaced, and those its mount showed in that
-/// conflict when it pushed (`StampedChange.settles`). So a change settles only what its writer
+/// conflict when the change was written (`StampedChange.settles`). So a change settles only what its writer
 /// could see; one that does not say (a kvsfs before kept conflicts) settles none.
 package enum ConflictRule {
     /// Whether `change` was written without its writer holding `current`.
@@ -38,13 +38,13 @@ package enum ConflictRule {
     /// The changes kept as lost to `winner` once `pushed` (the winner itself, or a change that
     /// lost to it) arrives, of `candidates`: each device's newest, except the winner's device's,
     /// those that agree with the winner, and those `pushed`'s writer held (the one it replaced,
-    /// those it settles), newest first. Longer than `KeptChangeList.maximumCount` when more devices lost than a key
+    /// and, when it is the winner, those it settles), newest first. Longer than `KeptChangeList.maximumCount` when more devices lost than a key
     /// keeps: the caller refuses the change that would make it so.
     package static func losers(_ candidates: [KeptChange], winner: StampedChange, pushed: StampedChange) -> [KeptChange] {
         var newest: [String: KeptChange] = [:]
         for change in candidates where change.stamp < winner.stamp && change.stamp.device != winner.stamp.device
             && (change.value != winner.value || change.type != winner.type) && pushed.replaces != .change(change.stamp)
-            && !pushed.settles.contains(change.stamp) {
+            && !(pushed.stamp == winner.stamp && pushed.settles.contains(change.stamp)) {
             if let kept = newest[change.stamp.device], kept.stamp >= change.stamp { continue }
             newest[change.stamp.device] = change
         }

@@ -76,8 +76,8 @@ public struct HybridLogicalClock: Sendable {
 /// More fields travel with it. A push says what the change `replaces`: the change of the
 /// key its writer held when it wrote, as the remote last gave it. The remote decides by it
 /// whether the change is concurrent with what it holds (`ConflictRule`). A push also says which
-/// changes that lost to the replaced one its mount showed (`settles`): the change lets go of
-/// those alone. A fetched change says what `lost` to it: the key's open conflict, which the
+/// changes that lost to the replaced one its mount showed when it was written (`settles`): the
+/// change lets go of those alone. A fetched change says what `lost` to it: the key's open conflict, which the
 /// remote keeps until a later write settles it.
 ///
 /// On the wire `lost` is two fields: `lost`, the newest change that lost (one object, as a
@@ -93,7 +93,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
     /// (a kvsfs before kept conflicts). Neither nil nor `.unknown` is ever taken for a conflict.
     public var replaces: Replaced?
     /// Sent with a push: the stamps of the changes that lost to the one this change replaces,
-    /// as its mount held that conflict when it pushed; empty when it held none.
+    /// as its mount showed that conflict when the change was written; empty when it showed none.
     public var settles: [ChangeStamp]
     /// Given with a fetched change: the changes that lost to this one concurrently, while no
     /// later write has settled them, newest first (`ConflictRule.losers`); empty when the key

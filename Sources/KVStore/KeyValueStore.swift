@@ -76,6 +76,7 @@ public final class KeyValueStore: Sendable {
         mutating func setBase(_ base: Replaced, of key: String) {
             guard var change = changes[key] else { return }
             change.base = base
+            change.settles = []
             setChange(key, change)
         }
 
@@ -93,6 +94,11 @@ public final class KeyValueStore: Sendable {
         /// What a pending change replaced, as the remote last gave the key: the change before
         /// the key's first pending write (`base(after:)`). What a push says the change `replaces`.
         var base: Replaced
+        /// The changes that lost to the base that the mount showed when the key's first pending
+        /// write was made (`settles(after:shown:)`): what a push says the change settles. Kept in
+        /// memory only: after a restart a pending change settles none, and its conflict stays
+        /// open, which lets nothing go unseen.
+        var settles: [ChangeStamp] = []
 
         /// The base of a change that follows `previous`: a pending change keeps the base of the
         /// pending one it follows (the remote never saw that one); any other was the remote's.
@@ -100,6 +106,15 @@ public final class KeyValueStore: Sendable {
         static func base(after previous: ChangeMeta?) -> Replaced {
             guard let previous else { return .nothing }
             return previous.syncState == .pending ? previous.base : .change(previous.stamp)
+        }
+
+        /// What a pending change that follows `previous` settles: what the pending one it follows
+        /// settles, or the changes that lost to `previous` as the mount shows them (`shown`).
+        static func settles(after previous: ChangeMeta?, shown: KeyConflict?) -> [ChangeStamp] {
+            guard let previous else { return [] }
+            if previous.syncState == .pending { return previous.settles }
+            guard let shown, shown.won.stamp == previous.stamp else { return [] }
+            return shown.lost.map(\.stamp)
         }
     }
 
@@ -287,8 +302,10 @@ public final class KeyValueStore: Sendable {
         state.lastSequence = sequence
         for row in rows {
             state.entries[row.key] = row.entry
-            state.setChange(row.key, ChangeMeta(stamp: row.stamp, syncState: row.syncState,
-                                                base: ChangeMeta.base(after: state.changes[row.key])))
+            let previous = state.changes[row.key]
+            state.setChange(row.key, ChangeMeta(
+                stamp: row.stamp, syncState: row.syncState, base: ChangeMeta.base(after: previous),
+                settles: row.syncState == .pending ? ChangeMeta.settles(after: previous, shown: state.conflicts[row.key]) : []))
         }
         state.revision &+= 1
         // Committed already: a batch that fails now is retried with the next write.

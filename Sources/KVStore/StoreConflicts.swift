@@ -123,7 +123,8 @@ extension KeyValueStore {
             }
             state.lastSequence = row.sequence
             state.entries[key] = after
-            state.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, base: .change(conflict.won.stamp)))
+            state.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, base: .change(conflict.won.stamp),
+                                            settles: conflict.lost.map(\.stamp)))
             state.revision &+= 1
             state.clock = clock
             state.usedBytes = usage.bytes

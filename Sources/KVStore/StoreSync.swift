@@ -60,11 +60,7 @@ extension KeyValueStore {
             state.changes[key].map { meta in
                 var change = stampedChange(key, meta.stamp, state.entries[key])
                 change.replaces = meta.base
-                // The conflict of the change it replaces, as the mount shows it now: the
-                // change lets go of these changes that lost, and of no other.
-                if let conflict = state.conflicts[key], meta.base == .change(conflict.won.stamp) {
-                    change.settles = conflict.lost.map(\.stamp)
-                }
+                change.settles = meta.settles
                 return change
             }
         }

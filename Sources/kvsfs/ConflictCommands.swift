@@ -10,7 +10,7 @@ struct Conflicts: ParsableCommand {
         discussion: """
             Two changes of a key are concurrent when neither device held the other's change when it wrote. The \
             remote keeps the one with the greater stamp, as always, and now keeps the other too, as the key's open \
-            conflict, until a later write settles it (kvsfs resolve, or any write made after the winner was \
+            conflict, until a later write settles it (kvsfs resolve, or any write made once the conflict was \
             seen); when changes of several devices lost, each device's newest is kept. For each: the key's file \
             name, then each change that lost (newest first) and the one that won, each with when \
             and on which device it was made, its type (removed for a removal), its size and its value as kvsfs \

@@ -140,6 +140,19 @@ struct ConflictConformanceTests {
         }
     }
 
+    @Test("a change that loses settles nothing, whatever it says it settles", arguments: Kind.allCases)
+    func loserSettlesNothing(_ kind: Kind) async throws {
+        try await ChangeLogConformanceTests().withLog(kind) { log, store in
+            let now = Self.now
+            let winner = change("k", "winner", time: now, device: "phone", replaces: .nothing)
+            let kept = change("k", "kept", time: now - 900, device: "laptop", replaces: .nothing)
+            var forged = change("k", "forged", time: now - 500, device: "tablet", replaces: .nothing)
+            forged.settles = [kept.stamp]
+            for pushed in [winner, kept, forged] { _ = try await log.push([pushed], to: store) }
+            #expect(try await row("k", in: log, store)?.lost == [forged.kept, kept.kept])
+        }
+    }
+
     @Test("a key keeps the changes of at most 8 devices that lost: a ninth is refused, with why", arguments: Kind.allCases)
     func keptChangesBounded(_ kind: Kind) async throws {
         try await ChangeLogConformanceTests().withLog(kind) { log, store in

@@ -176,6 +176,11 @@ struct StoreConflictTests {
             #expect(conflict.lostChange(of: "tablet", local: "me") == tablet)
             _ = try store.settle(conflict, keeping: tablet)
             #expect(store.entry(forKey: "k")?.xml == Array(tablet.value ?? Data()))
+            let late = KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: 700, counter: 0, device: "desk"))
+            winner.lost = [mine, tablet, late]
+            try store.takeConflicts(from: [winner])
+            #expect(store.pendingChanges().first?.settles == [mine.stamp, tablet.stamp],
+                    "a change that lost after the write was never shown to it: not settled")
             let removal = KeyConflict(key: "k", lost: [KeptChange(value: nil, type: nil, stamp: mine.stamp)], won: conflict.won)
             #expect(throws: StoreError.conflictChanged("k")) { try store.settle(removal, keeping: removal.lost[0]) }
             store.setReadOnly("a read-only token")

@@ -123,11 +123,12 @@ struct ConflictPropertyTests {
         let concurrent = !(knewAtWrite[change.stamp] ?? []).contains(head.stamp)
         // Two removals (or one value twice) agree: no conflict.
         let agree = change.value == head.value && change.type == head.type
-        // A writer lets go of the kept changes it held: the one it replaced, those it settles.
-        let kept = (model.lost[change.key] ?? []).filter { change.replaces != .change($0.stamp) && !change.settles.contains($0.stamp) }
+        // A writer lets go of the kept change it replaced; a winner also of those it settles.
+        let unreplaced = (model.lost[change.key] ?? []).filter { change.replaces != .change($0.stamp) }
+        let kept = unreplaced.filter { !change.settles.contains($0.stamp) }
         if change.stamp < head.stamp {
             guard concurrent, !agree else { return }
-            let lost = Self.eachDevicesNewest(kept + [change.kept], winner: head)
+            let lost = Self.eachDevicesNewest(unreplaced + [change.kept], winner: head)
             if lost != model.lost[change.key] ?? [] {
                 model.lost[change.key] = lost
                 model.lostTo[change.stamp] = head.stamp
