@@ -56,7 +56,9 @@ extension SyncServer {
 /// a store's devices wake together, at the same place, and share one read of the storage and
 /// one encoding. A read that found changes is kept for streams that come later: it is still
 /// right, as it holds every change after its cursor up to its own, and the stream reads on
-/// from there. One that found none is shared only while it runs (the next push outdates it).
+/// from there; for `keptFor` at most, so that a store restored from a backup under a running
+/// server is soon read afresh. One that found none is shared only while it runs (the next
+/// push outdates it).
 final class StoreReads: Sendable {
     struct Read: Sendable {
         /// The changes after the cursor as one event; nil when there were none.
@@ -72,6 +74,7 @@ final class StoreReads: Sendable {
     private struct Entry {
         var after: Int64
         var id: UInt64
+        var begun: ContinuousClock.Instant
         var task: Task<Read, any Error>
     }
 
@@ -83,6 +86,7 @@ final class StoreReads: Sendable {
     /// Reads kept for at most this many stores (any one makes room), each of at most 64 KiB.
     private static let stores = 4096
     private static let keptBytes = 64 << 10
+    private static let keptFor = Duration.seconds(10)
     private let state = Mutex(State())
 
     /// The changes of `store` after `cursor`: the read a stream at the same cursor began, or a
@@ -90,7 +94,8 @@ final class StoreReads: Sendable {
     func read(of store: String, after cursor: Int64, seen: UInt64,
               _ fetch: @escaping @Sendable () async throws -> ChangeBatch) async throws -> Read {
         let task = state.withLock { state -> Task<Read, any Error> in
-            if let entry = state.entries[store], entry.after == cursor { return entry.task }
+            let now = ContinuousClock.now
+            if let entry = state.entries[store], entry.after == cursor, now - entry.begun < Self.keptFor { return entry.task }
             state.lastID &+= 1
             let id = state.lastID
             // It runs to its end even when the stream that began it goes away: others await it.
@@ -105,8 +110,10 @@ final class StoreReads: Sendable {
                     throw error
                 }
             }
-            if state.entries.count >= Self.stores, state.entries[store] == nil, let any = state.entries.keys.first { state.entries[any] = nil }
-            state.entries[store] = Entry(after: cursor, id: id, task: task)
+            if state.entries.count >= Self.stores, state.entries[store] == nil, let other = state.entries.keys.first {
+                state.entries[other] = nil
+            }
+            state.entries[store] = Entry(after: cursor, id: id, begun: now, task: task)
             return task
         }
         return try await task.value

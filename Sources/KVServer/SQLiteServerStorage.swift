@@ -174,7 +174,7 @@ public final class SQLiteAccountStorage: AccountStorage {
     /// Streams' looks again at their tokens, shared (`TokenRechecks`): other processes revoke
     /// tokens in this file unheard.
     public func stillActiveToken(id: String) async throws(AccountError) -> TokenRecord? {
-        try await rechecks.record(id) { () throws(AccountError) in try await activeToken(id: id) }
+        try await rechecks.record(id) { () throws(AccountError) in try await self.activeToken(id: id) }
     }
 
     public func activeToken(id: String) async throws(AccountError) -> TokenRecord? {
