@@ -57,9 +57,7 @@ extension PostgresServerStorage {
                 let newest = try await self.cursor(of: store)
                 if cursor > newest { throw CloudError.cursorAhead(asked: cursor, store: newest) }
             }
-            var batch = ChangeBatch(changes: changes, cursor: last, complete: !more, mark: mark)
-            batch.unreadable = unreadable
-            return batch
+            return ChangeBatch(changes: changes, cursor: last, complete: !more, unreadable: unreadable, mark: mark)
         }
     }
 

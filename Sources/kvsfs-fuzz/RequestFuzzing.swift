@@ -1,3 +1,4 @@
+import Foundation
 import KVCloud
 import KVStore
 import KVWire
@@ -5,7 +6,9 @@ import KVWire
 /// Any bytes, as what a client sends the sync server: the first byte picks a push body, a query
 /// string or an `Authorization` header, the rest is it.
 ///
-/// Invariants: nothing traps; a push that is read re-encodes (as a client sends it) to bodies
+/// A push body is also read as a stored list of changes that lost (`KeptChangeList`).
+///
+/// Invariants: nothing traps; a stored list read keeps the list's rule; a push that is read re-encodes (as a client sends it) to bodies
 /// that read back as the same changes (what each replaces, and what lost to it, included),
 /// and the change rule (`ChangeAdmission`) admits or refuses each of them, admitted ones with
 /// NFC keys and canonical values, theirs and those of what lost to them; a query's values (a
@@ -23,6 +26,7 @@ enum RequestFuzzing {
     }
 
     private static func push(_ body: [UInt8]) {
+        keptChanges(body)
         guard let push = try? decodePush(body) else { return }
         let bodies: [[UInt8]]
         do {
@@ -48,6 +52,17 @@ enum RequestFuzzing {
             where (try? PropertyListCodec.decode(value, limits: whole)).flatMap({ try? PropertyListCodec.encodeXML($0) }) == nil {
                 fatalError("admitted a value (or the value of a change that lost to it) that does not read back: \(change.key)")
             }
+        }
+    }
+
+    /// The same bytes as a stored list of earlier changes that lost (`KeptChangeList`), as a
+    /// row another program wrote holds it: read within the list's rule, or refused.
+    private static func keptChanges(_ body: [UInt8]) {
+        let newest = KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: StampRule.latestTime, counter: .max, device: "newest"))
+        guard let lost = try? KeptChangeList.decode(newest: newest, earlier: Data(body)) else { return }
+        guard lost.count <= KeptChangeList.maximumCount, lost.first == newest,
+              zip(lost, lost.dropFirst()).allSatisfy({ $0.stamp > $1.stamp && ($1.value == nil) == ($1.type == nil) }) else {
+            fatalError("a stored list of changes that lost was read outside its rule: \(lost)")
         }
     }
 
