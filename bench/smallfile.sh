@@ -8,6 +8,7 @@
 #
 # kvsfs is mounted as `kvsfs mount` would be by default (syncing with cloud.sqlite in its data
 # directory); KVSFS_MOUNT_OPTIONS adds options, e.g. "--remote none" for the mount alone.
+# KVSFS_BINARY runs that kvsfs instead of building this tree's (for paired runs of two builds).
 #
 # Each phase's ops/s is the median over ROUNDS runs, its ratio the median of the rounds' ratios
 # (with their range); the three file systems take turns in every
@@ -25,9 +26,13 @@ bench_work bench
 cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
 cc -O2 -o "$work/smallfile_bench" "$anchors/smallfile_bench.c"
 cc -O2 -D_GNU_SOURCE -o "$work/reread" "$here/reread.c"   # every key read 10 times (bench/reread.c)
-(cd "$repo" && swift build -c release --product kvsfs >/dev/null)
+if [ -n "${KVSFS_BINARY:-}" ]; then
+    kvsfs=$KVSFS_BINARY
+else
+    (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
+    kvsfs="$repo/.build/release/kvsfs"
+fi
 sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
-kvsfs="$repo/.build/release/kvsfs"
 
 
 mkdir -p "$work"/{tmpfs,memfs,kvsfs,data}
