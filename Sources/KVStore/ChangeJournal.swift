@@ -23,13 +23,9 @@ package final class ChangeJournal {
         var sequence: Int64
     }
 
-    /// Past either, the store moves the journal into the database, in the background.
+    /// Past either, the store moves the journal into the database.
     static let flushRows = 256
     static let flushBytes = 1 << 20
-    /// Past either, the background has fallen behind, and the committer moves the journal
-    /// itself: the journal, which every open replays, stays bounded.
-    static let behindRows = 4 * flushRows
-    static let behindBytes = 4 * flushBytes
 
     let path: String
     private let descriptor: Int32
@@ -67,7 +63,6 @@ package final class ChangeJournal {
     deinit { close(descriptor) }
 
     var needsFlush: Bool { pending.count >= Self.flushRows || end >= Self.flushBytes }
-    var isBehind: Bool { pending.count >= Self.behindRows || end >= Self.behindBytes }
 
     /// Appends `rows` as one record. When this throws, the journal holds what it held before.
     func append(_ rows: [Row]) throws(StoreError) {
@@ -87,31 +82,6 @@ package final class ChangeJournal {
     func clear() {
         pending.removeAll(keepingCapacity: true)
         if ftruncate(descriptor, 0) == 0 { end = 0 }
-    }
-
-    /// Forgets the rows up to `sequence` once the database has them, keeping those after it,
-    /// which were appended while the database took the others: they are written again as one
-    /// record at the start of the file, then the file is cut after it. A crash between the two
-    /// leaves old records after the new one, which a replay writes again to no effect (see
-    /// `record`). If the file cannot be rewritten, it stays as it was, whole.
-    func drop(through sequence: Int64) {
-        guard let kept = pending.firstIndex(where: { $0.sequence > sequence }) else { return clear() }
-        guard kept > 0 else { return }
-        let rest = Array(pending[kept...])
-        let record = Self.encodeRecord(rest)
-        let written = record.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, 0) }
-        guard written == record.count else {
-            // A part of the new record hides the old ones from a replay: write all the rows
-            // back, as one record, in the same place. They are still pending either way.
-            let whole = Self.encodeRecord(pending)
-            if whole.withUnsafeBytes({ pwrite(descriptor, $0.baseAddress, $0.count, 0) }) == whole.count,
-               ftruncate(descriptor, off_t(whole.count)) == 0 {
-                end = whole.count
-            }
-            return
-        }
-        if ftruncate(descriptor, off_t(record.count)) == 0 { end = record.count }
-        pending = rest
     }
 
     // MARK: - Format

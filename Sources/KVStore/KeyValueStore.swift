@@ -39,10 +39,6 @@ public final class KeyValueStore: Sendable {
         let journal: ChangeJournal
         /// Journaled rows the database refused, kept rather than dropped (`quarantined`).
         let quarantine: ChangeJournal
-        /// Whether a background move of the journal is asked for and not yet over (`JournalMove`).
-        var journalMoveAsked = false
-        /// Database writes since the write-ahead log was last checkpointed.
-        var writesSinceCheckpoint = 0
         /// Settings read or written since the store opened (nil: known to be unset), as the
         /// database holds them: every write of a setting goes through the store, which holds
         /// its database alone. A round of sync reads its position twice.
@@ -124,10 +120,6 @@ public final class KeyValueStore: Sendable {
 
     let database: DatabaseQueue
     let state: Mutex<State>
-    /// The sequence of the last journaled row the database holds. Read and written only
-    /// inside the database's writes, which run one at a time: a background move skips the rows
-    /// a write under the lock took first.
-    let databaseSequence = Atomic<Int64>(0)
     let clock: @Sendable () -> Date
     /// Boxed: a closure kept directly in a Mutex is reabstracted on every `withLock` and written
     /// back wrapped, so each call would add thunks to the chain.
@@ -150,12 +142,7 @@ public final class KeyValueStore: Sendable {
                 try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE")
                 try db.execute(sql: "PRAGMA journal_mode = WAL")
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
-                // Checkpoints, which sync to disk, run in the background after a move of the
-                // journal (`JournalMove`), never in a write made under the store's lock.
-                try db.execute(sql: "PRAGMA wal_autocheckpoint = 0")
             }
-            // A store just dropped may still be closing on the background move's thread.
-            configuration.busyMode = .timeout(10)
             OwnerOnlyFile.create(path)
             database = try DatabaseQueue(path: path, configuration: configuration)
             try StoreSchema.migrator.migrate(database)
@@ -193,7 +180,6 @@ public final class KeyValueStore: Sendable {
             if !refused.isEmpty { try quarantine.append(refused) }
             journal.clear()
             deviceID = device
-            databaseSequence.store(loaded.lastSequence, ordering: .relaxed)
             state = Mutex(loaded)
         } catch let error as StoreError {
             throw error
@@ -322,7 +308,8 @@ public final class KeyValueStore: Sendable {
                 settles: row.syncState == .pending ? ChangeMeta.settles(after: previous, shown: state.conflicts[row.key]) : []))
         }
         state.revision &+= 1
-        journalGrew(&state)
+        // Committed already: a batch that fails now is retried with the next write.
+        if state.journal.needsFlush { try? moveJournalToDatabase(&state) }
     }
 
     /// A number that changes whenever any value changes (not persisted).

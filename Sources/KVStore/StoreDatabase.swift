@@ -93,12 +93,31 @@ extension KeyValueStore {
     }
 
     /// Runs `updates` in one transaction, after the journal's rows, and empties the journal once
-    /// that commits: the database never holds a write that overtook a journaled one.
+    /// that commits: the database never holds a write that overtook a journaled one. BEGIN and
+    /// COMMIT are cached statements: GRDB's `write` prepares them anew each time.
     func write(_ state: inout State, _ updates: (Database) throws -> Void) throws(StoreError) {
-        let moved = try moveJournal(state.journal.pending, updates)
-        try journalMoved(moved, in: &state)
-        state.writesSinceCheckpoint += 1
-        if state.writesSinceCheckpoint >= Self.writesPerCheckpoint { askJournalMove(&state) }
+        let journaled = state.journal.pending
+        var refused = [ChangeJournal.Row]()
+        do {
+            try database.writeWithoutTransaction { db in
+                try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
+                do {
+                    refused = try Self.record(journaled: journaled, db)
+                    try updates(db)
+                    try db.cachedStatement(sql: "COMMIT").execute()
+                } catch {
+                    if !db.isInsideTransaction { throw error }
+                    try? db.execute(sql: "ROLLBACK")
+                    throw error
+                }
+            }
+        } catch {
+            throw .database(String(describing: error))
+        }
+        // Kept once the rest is committed (a rolled-back attempt would keep them twice), and
+        // before the journal that still holds them is emptied.
+        if !refused.isEmpty { try state.quarantine.append(refused) }
+        if !journaled.isEmpty { state.journal.clear() }
     }
 
     /// Writes the journal's rows; returns those the schema refuses, for the quarantine, rather

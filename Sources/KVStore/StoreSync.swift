@@ -100,44 +100,35 @@ extension KeyValueStore {
     /// synced and the tombstones it accepted but did not store are forgotten (as `markPushed`
     /// and `forget` do), and `setting`, when given, is saved with them (the sync position the
     /// push moved): all of it is stored, or none, and the index changes only once it is.
-    ///
-    /// The transaction runs outside the store's lock, so that writers never wait for it: each
-    /// row it changes is named by key and stamp, so a change committed meanwhile is left as it
-    /// is, in the database and in the index, and stays pending.
     public func recordPush(accepted: [StampedChange] = [], notStored: [StampedChange] = [], refused: [StampedChange] = [],
                            setting: (name: String, value: String)? = nil) throws(StoreError) {
-        // An unsent loss the remote answered for (accepted: kept as a conflict or passed over;
-        // refused: the remote said why) has been pushed.
-        let answered = Set((accepted + refused).map { LossName(key: $0.key, stamp: $0.stamp) })
-        let (synced, forgotten, pushedLosses, journaled) = state.withLock { state in
-            (accepted.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced },
-             notStored.filter { $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp },
-             state.unsentLosses.filter { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) },
-             state.journal.pending)
-        }
-        guard !synced.isEmpty || !forgotten.isEmpty || !pushedLosses.isEmpty || setting != nil else { return }  // take no transaction for nothing
-        let moved = try moveJournal(journaled) { db in
-            try Self.deleteUnsentLosses(pushedLosses, db)
-            try Self.saveSyncState(.synced, for: synced, db)
-            let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL AND modifiedAt = ? AND counter = ? AND device = ?")
-            for change in forgotten {
-                let row = DirectBinding(delete)
-                try row.bind(1, change.key)
-                try row.bind(2, change.stamp.time)
-                try row.bind(3, Int64(change.stamp.counter))
-                try row.bind(4, change.stamp.device)
-                try row.run(in: db)
-            }
-            if let setting { try Self.saveSetting(setting.name, setting.value, db) }
-        }
         try state.withLock { (state: inout State) throws(StoreError) in
-            state.unsentLosses.removeAll { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
-            for change in synced where state.changes[change.key]?.stamp == change.stamp { state.setSyncState(.synced, of: change.key) }
-            for change in forgotten where state.entries[change.key] == nil && state.changes[change.key]?.stamp == change.stamp {
-                state.setChange(change.key, nil)
+            let synced = accepted.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }.map(\.key)
+            let forgotten = notStored.filter {
+                $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp
+            }.map(\.key)
+            // An unsent loss the remote answered for (accepted: kept as a conflict or passed over;
+            // refused: the remote said why) has been pushed.
+            let answered = Set((accepted + refused).map { LossName(key: $0.key, stamp: $0.stamp) })
+            let pushedLosses = state.unsentLosses.filter { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
+            guard !synced.isEmpty || !forgotten.isEmpty || !pushedLosses.isEmpty || setting != nil else { return }  // take no transaction for nothing
+            try write(&state) { db in
+                try Self.deleteUnsentLosses(pushedLosses, db)
+                try Self.saveSyncState(.synced, for: synced, db)
+                if !forgotten.isEmpty {
+                    let delete = try db.cachedStatement(sql: "DELETE FROM entry WHERE key = ? AND value IS NULL")
+                    for key in forgotten {
+                        let row = DirectBinding(delete)
+                        try row.bind(1, key)
+                        try row.run(in: db)
+                    }
+                }
+                if let setting { try Self.saveSetting(setting.name, setting.value, db) }
             }
+            state.unsentLosses.removeAll { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
+            for key in synced { state.setSyncState(.synced, of: key) }
+            for key in forgotten { state.setChange(key, nil) }
             if let setting { state.settings[setting.name] = .some(setting.value) }
-            try journalMoved(moved, in: &state)
         }
     }
 
@@ -193,21 +184,6 @@ extension KeyValueStore {
             let row = DirectBinding(update)
             try row.bind(1, syncState.rawValue)
             try row.bind(2, key)
-            try row.run(in: db)
-        }
-    }
-
-    /// Sets the sync state of each change's row, if the row still holds that change.
-    static func saveSyncState(_ syncState: SyncState, for changes: [StampedChange], _ db: Database) throws {
-        guard !changes.isEmpty else { return }
-        let update = try db.cachedStatement(sql: "UPDATE entry SET syncState = ? WHERE key = ? AND modifiedAt = ? AND counter = ? AND device = ?")
-        for change in changes {
-            let row = DirectBinding(update)
-            try row.bind(1, syncState.rawValue)
-            try row.bind(2, change.key)
-            try row.bind(3, change.stamp.time)
-            try row.bind(4, Int64(change.stamp.counter))
-            try row.bind(5, change.stamp.device)
             try row.run(in: db)
         }
     }
