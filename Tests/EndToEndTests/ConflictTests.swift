@@ -109,9 +109,7 @@ struct ConflictTests {
         // B keeps its own theme, which lost (C's is let go); A keeps B's font, which won: both
         // are new writes.
         let resolved = try shell("""
-            timeout 20 inotifywait -m -q --format '%e %f' -e close_write \(a.mountpoint) > \(a.dataDirectory)/inotify 2>/dev/null &
-            watcher=$!
-            sleep 0.5
+            \(shellWatch(a.mountpoint, events: "close_write", into: "\(a.dataDirectory)/inotify", seconds: 20))
             \(kvsfsBinary) resolve \(b.path("theme")) --keep-local && \(kvsfsBinary) sync \(b.mountpoint) || exit 1
             \(kvsfsBinary) resolve \(a.path("font")) --keep-remote && \(kvsfsBinary) sync \(a.mountpoint) || exit 2
             \(kvsfsBinary) sync \(b.mountpoint) && \(kvsfsBinary) sync \(c.mountpoint) || exit 3

@@ -241,9 +241,7 @@ struct ImportExportTests {
         let result = try shell("""
             echo old > \(a.path("old")) && \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 1
             test -e \(b.path("old")) || exit 2
-            timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
-            watcher=$!
-            sleep 0.5
+            \(shellWatch(b.mountpoint, events: "create,close_write,delete", into: "\(dir.path)/inotify", seconds: 30))
             \(kvsfsBinary) import --replace \(a.mountpoint) \(dir.path)/import.plist > /dev/null || exit 3
             \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 4
             \(shellWait(until: "test $(grep -c CLOSE_WRITE \(dir.path)/inotify) -ge 30 && grep -q 'DELETE old' \(dir.path)/inotify"))

@@ -54,9 +54,7 @@ struct KeyHistoryTests {
             try expectRefusal(["revert", k, "0"], "the version number must be 1 or more", usage: true)
 
             let reverted = try shell("""
-                timeout 20 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(daemon.mountpoint) > \(dir.path)/inotify 2>/dev/null &
-                watcher=$!
-                sleep 0.5
+                \(shellWatch(daemon.mountpoint, events: "create,close_write,delete", into: "\(dir.path)/inotify", seconds: 20))
                 \(kvsfsBinary) revert \(k) \(string) && \(kvsfsBinary) sync \(daemon.mountpoint) || exit 1
                 echo "value=$(\(kvsfsBinary) get \(k))"
                 \(kvsfsBinary) revert \(k) \(removal) && \(kvsfsBinary) sync \(daemon.mountpoint) || exit 2

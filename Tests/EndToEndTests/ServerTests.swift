@@ -27,9 +27,7 @@ struct ServerTests {
         try withServerAndMounts(backend) { (server, _, a, b, dir) throws in
             let result = try shell("""
                 \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
-                timeout 20 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
-                watcher=$!
-                sleep 0.3
+                \(shellWatch(b.mountpoint, events: "create,close_write,delete", into: "\(dir.path)/inotify", seconds: 20))
                 echo hello > \(a.path("k"))
                 \(shellWait(until: "grep -q hello \(b.path("k")) 2>/dev/null"))
                 rm \(a.path("k"))
@@ -226,9 +224,7 @@ struct ServerTests {
         defer { b.stop() }
         let result = try shell("""
             \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
-            timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
-            watcher=$!
-            sleep 0.3
+            \(shellWatch(b.mountpoint, events: "create,close_write,delete", into: "\(dir.path)/inotify", seconds: 30))
             start=$(date +%s%N)
             echo via-one > \(a.path("k"))
             \(shellWait(until: "grep -q via-one \(b.path("k")) 2>/dev/null"))

@@ -208,9 +208,7 @@ struct ShellToolTests {
             let events = dir.path + "/events"
             // The watcher ends by itself and holds none of this shell's pipes.
             let result = try shell("""
-                timeout 10 inotifywait -m -q --format '%e %f' -e create,close_write,delete \(m.mountpoint) > \(events) 2> /dev/null &
-                watcher=$!
-                sleep 0.5
+                \(shellWatch(m.mountpoint, events: "create,close_write,delete", into: "\(events)", seconds: 10))
                 echo hello > \(m.path("k"))
                 rm \(m.path("k"))
                 sleep 0.5

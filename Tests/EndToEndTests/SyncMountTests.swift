@@ -29,8 +29,7 @@ struct SyncMountTests {
             let result = try shell("""
                 sync \(a.mountpoint) || exit 8
                 \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) || exit 9
-                timeout 30 inotifywait -m -q --format '%e %f' -e create,close_write,delete,moved_to \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
-                watcher=$!
+                \(shellWatch(b.mountpoint, events: "create,close_write,delete,moved_to", into: "\(dir.path)/inotify", seconds: 30))
                 timeout 30 \(kvsfsBinary) events \(b.mountpoint) > \(dir.path)/stream &
                 stream=$!
                 sleep 0.5
@@ -115,9 +114,7 @@ struct SyncMountTests {
                 printf '%0600d' 1 > \(a.path("first"))
                 \(kvsfsBinary) sync \(a.mountpoint)
                 printf '%0600d' 2 > \(b.path("second")); echo "local-write=$?"
-                timeout 20 inotifywait -m -q --format '%e %f' -e delete \(b.mountpoint) > \(dir.path)/inotify 2>/dev/null &
-                watcher=$!
-                sleep 0.3
+                \(shellWatch(b.mountpoint, events: "delete", into: "\(dir.path)/inotify", seconds: 20))
                 ln -s \(dir.path)/cloud \(dir.path)/link
                 \(kvsfsBinary) sync \(b.mountpoint); echo "sync=$?"
                 sleep 0.2

@@ -96,6 +96,18 @@ public func shellWait(until condition: String) -> String {
     "for i in $(seq 500); do \(condition) && break; sleep 0.02; done"
 }
 
+/// Shell lines that start `inotifywait -m` on `directory` in the background for `seconds`, its
+/// events (`%e %f`, one a line) going to `output`, and go on once its watches are established:
+/// after a fixed sleep, a loaded machine could make the change before the watch and lose its
+/// first event. The watcher's pid is in `$watcher`.
+public func shellWatch(_ directory: String, events: String, into output: String, seconds: Int) -> String {
+    """
+    timeout \(seconds) inotifywait -m --format '%e %f' -e \(events) \(directory) > \(output) 2> \(output).setup &
+    watcher=$!
+    \(shellWait(until: "grep -q 'Watches established' \(output).setup"))
+    """
+}
+
 /// A `kvsfs mount` daemon started from the built binary.
 public final class DaemonMount: @unchecked Sendable {
     public let mountpoint: String
