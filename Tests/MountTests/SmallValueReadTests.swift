@@ -24,6 +24,35 @@ struct SmallValueReadTests {
         }
     }
 
+    @Test("a reader open before a writer truncates the key reads the committed value whole until the writer commits, then the new one")
+    func readerOpenBeforeTruncatingWriter() throws {
+        try withMountedStore { m in
+            let path = m.path("k")
+            let old = try PropertyListCodec.encodeXML(.string(String(repeating: "o", count: 3000)))
+            let new = try PropertyListCodec.encodeXML(.string("new"))
+            #expect(writeFile(path, old) == nil)
+            let reader = open(path, O_RDONLY)
+            #expect(reader >= 0)
+            defer { close(reader) }
+            func read() -> [UInt8] {
+                var buffer = [UInt8](repeating: 0, count: 8192)
+                let count = pread(reader, &buffer, buffer.count, 0)
+                return count < 0 ? [] : Array(buffer[0..<count])
+            }
+            #expect(read() == old, "the value, now in the page cache")
+
+            let writer = open(path, O_WRONLY | O_TRUNC)
+            #expect(writer >= 0)
+            #expect(read() == old, "a truncation not yet committed is not the value")
+            #expect(new.prefix(10).withUnsafeBytes { Glibc.write(writer, $0.baseAddress, 10) } == 10)
+            #expect(read() == old, "nor are a writer's first bytes")
+            #expect(new.dropFirst(10).withUnsafeBytes { Glibc.write(writer, $0.baseAddress, $0.count) } == new.count - 10)
+            #expect(read() == old)
+            #expect(close(writer) == 0)
+            #expect(read() == new, "committed at close")
+        }
+    }
+
     @Test("8 writers rewriting a small value (100 B to 4 KB) and 8 readers for 5 s: no read is empty or torn")
     func noTornSmallReads() throws {
         try withMountedStore { m in
