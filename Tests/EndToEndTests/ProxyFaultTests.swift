@@ -65,7 +65,9 @@ struct ProxyFaultTests {
                 sync calls \(attempts), \(Int(Date().timeIntervalSince(started))) s; \
                 A: \(shownA.syncState); B: \(shownB.syncState)
                 """)
-            return Outcome(differences: shownA.differences(from: shownB), lost: lost, syncStates: [shownA.syncState, shownB.syncState],
+            let differences = shownA.differences(from: shownB)
+            if !differences.isEmpty { run.describe(Set(shownA.values.keys).union(shownB.values.keys).filter { shownA.values[$0] != shownB.values[$0] }) }
+            return Outcome(differences: differences, lost: lost, syncStates: [shownA.syncState, shownB.syncState],
                            daemonsRunning: a.process.isRunning && b.process.isRunning)
         }
     }
@@ -190,6 +192,25 @@ private struct FaultRun {
             }
             if chance(0.04) { proxy.cutAll() }
             usleep(15_000)
+        }
+    }
+
+    /// For keys the mounts disagree on: the server's rows for them (from the start of its
+    /// history), each mount's sync state of the key, and each daemon's position, printed so
+    /// that a divergence says which side missed what.
+    func describe(_ keys: Set<String>) {
+        let rows = (try? shell("curl -s -H 'Authorization: Bearer \(token)' '\(server.url)/v1/alice/default/changes?after=0&limit=10000'").standardOutput) ?? ""
+        for key in keys.sorted() {
+            let held = rows.components(separatedBy: "{").filter { $0.contains("\"key\":\"\(key)\"") }.map { "{" + $0 }
+            print("diverged \(key): server \(held.isEmpty ? "holds no row" : held.joined())")
+            for mount in [a, b] {
+                let state = (try? shell("getfattr --only-values -n user.kvsfs.sync \(mount.path(key)) 2>&1").standardOutput) ?? "unreadable"
+                print("diverged \(key): \((mount.mountpoint as NSString).lastPathComponent) \(state)")
+            }
+        }
+        for mount in [a, b] {
+            let position = (try? shell("getfattr -d -m user.kvsfs \(mount.mountpoint) 2>&1").standardOutput) ?? "unreadable"
+            print("diverged: \((mount.mountpoint as NSString).lastPathComponent) root \(position)")
         }
     }
 
