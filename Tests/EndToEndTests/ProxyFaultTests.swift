@@ -66,7 +66,7 @@ struct ProxyFaultTests {
                 A: \(shownA.syncState); B: \(shownB.syncState)
                 """)
             let differences = shownA.differences(from: shownB)
-            if !differences.isEmpty { run.describe(Set(shownA.values.keys).union(shownB.values.keys).filter { shownA.values[$0] != shownB.values[$0] }) }
+            if !differences.isEmpty { run.describe(shownA.differingKeys(from: shownB)) }
             return Outcome(differences: differences, lost: lost, syncStates: [shownA.syncState, shownB.syncState],
                            daemonsRunning: a.process.isRunning && b.process.isRunning)
         }
@@ -198,18 +198,18 @@ private struct FaultRun {
     /// For keys the mounts disagree on: the server's rows for them (from the start of its
     /// history), each mount's sync state of the key, and each daemon's position, printed so
     /// that a divergence says which side missed what.
-    func describe(_ keys: Set<String>) {
+    func describe(_ keys: [String]) {
         let rows = (try? shell("curl -s -H 'Authorization: Bearer \(token)' '\(server.url)/v1/alice/default/changes?after=0&limit=10000'").standardOutput) ?? ""
-        for key in keys.sorted() {
+        for key in keys {
             let held = rows.components(separatedBy: "{").filter { $0.contains("\"key\":\"\(key)\"") }.map { "{" + $0 }
             print("diverged \(key): server \(held.isEmpty ? "holds no row" : held.joined())")
             for mount in [a, b] {
-                let state = (try? shell("getfattr --only-values -n user.kvsfs.sync \(mount.path(key)) 2>&1").standardOutput) ?? "unreadable"
+                let state = (try? shell("getfattr --absolute-names --only-values -n user.kvsfs.sync \(mount.path(key)) 2>&1").standardOutput) ?? "unreadable"
                 print("diverged \(key): \((mount.mountpoint as NSString).lastPathComponent) \(state)")
             }
         }
         for mount in [a, b] {
-            let position = (try? shell("getfattr -d -m user.kvsfs \(mount.mountpoint) 2>&1").standardOutput) ?? "unreadable"
+            let position = (try? shell("getfattr --absolute-names -d -m user.kvsfs \(mount.mountpoint) 2>&1").standardOutput) ?? "unreadable"
             print("diverged: \((mount.mountpoint as NSString).lastPathComponent) root \(position)")
         }
     }
@@ -351,8 +351,13 @@ private struct Replica {
         return String(xml[start.upperBound..<end.lowerBound])
     }
 
+    /// The keys whose bytes differ between the two mounts (one absent counts), sorted.
+    func differingKeys(from other: Replica) -> [String] {
+        Set(values.keys).union(other.values.keys).sorted().filter { values[$0] != other.values[$0] }
+    }
+
     func differences(from other: Replica) -> [String] {
-        Set(values.keys).union(other.values.keys).sorted().filter { values[$0] != other.values[$0] }.map { key in
+        differingKeys(from: other).map { key in
             "\(key): \(name) \(text(of: key) ?? "absent"), \(other.name) \(other.text(of: key) ?? "absent")"
         }
     }
