@@ -74,6 +74,16 @@ extension KeyValueStore {
         }
     }
 
+    /// Every key's latest change that the remote accepted (`SyncState.synced`), deleted keys
+    /// included, by key.
+    public func syncedChanges() -> [StampedChange] {
+        state.withLock { state in
+            state.changes.compactMap { key, meta in
+                meta.syncState == .synced ? Self.stampedChange(key, meta.stamp, state.entries[key]) : nil
+            }.sorted { $0.key < $1.key }
+        }
+    }
+
     /// The latest change of `key`, a tombstone if it was deleted; nil for a key never written.
     public func allChanges(forKey key: String) -> StampedChange? {
         state.withLock { state in state.changes[key].map { Self.stampedChange(key, $0.stamp, state.entries[key]) } }

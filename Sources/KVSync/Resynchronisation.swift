@@ -29,10 +29,12 @@ extension SyncEngine {
     /// (it has none, or an older one, for the key) becomes pending and is pushed again by this
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
-    func resynchronise(identity: String?, because reason: String) async throws {
+    /// `history`, when given, is the remote's whole history fetched already.
+    func resynchronise(identity: String?, because reason: String, history: WholeHistory? = nil) async throws {
         // Found by this mount's own position: its other mounts may not be able to tell.
         if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
-        let (remoteChanges, position) = try await fetchWholeHistory()
+        let fetched = if let history { history } else { try await fetchWholeHistory() }
+        let (remoteChanges, position) = (fetched.changes, fetched.position)
         let lost = store.allChanges().filter { local in
             guard let held = remoteChanges[local.key] else { return !local.isTombstone }
             return held.stamp < local.stamp
@@ -57,7 +59,8 @@ extension SyncEngine {
     public func replaceWithRemote() async throws {
         remote.discardPrefetched()
         try await roundLock.withLock {
-            let (remoteChanges, position) = try await fetchWholeHistory()
+            let history = try await fetchWholeHistory()
+            let (remoteChanges, position) = (history.changes, history.position)
             let local = store.allChanges()
             let removals = local.filter { remoteChanges[$0.key] == nil && !$0.isTombstone }.map { StampedChange.tombstone($0.key, stamp: $0.stamp) }
             let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })

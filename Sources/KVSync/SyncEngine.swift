@@ -43,6 +43,8 @@ public final class SyncEngine: Sendable {
     let knownPosition = Watched<SyncPosition?>(nil)
     /// When (on `clock`) the account was last checked; nil asks the next round to check it.
     let lastAccountCheck = Mutex<Duration?>(nil)
+    /// Gaps in the contact with the remote, and the audits that covered them (`auditIfDue`).
+    let auditCount = Mutex(AuditCount())
 
     /// `debounce` is how long a local change waits for others to join it before the push;
     /// `clock` times every wait (debounce, backoff, retry-after, the periodic round, the
@@ -105,12 +107,13 @@ public final class SyncEngine: Sendable {
         try await round()
     }
 
-    /// One round: account check, push, fetch. Rounds never overlap.
+    /// One round: account check, push, audit after a gap, fetch. Rounds never overlap.
     func round() async throws {
         try await roundLock.withLock {
             do {
                 try await checkAccount()
                 try await push()
+                try await auditIfDue()
                 try await pull()
                 noteSuccess()
             } catch {

@@ -32,7 +32,7 @@ extension SyncEngine {
                 return
             }
             var confirmations = [StampedChange]()
-            let admitted = admit(batch)
+            let admitted = admit(batch).changes
             given += admitted
             for change in admitted {
                 if store.accepts(change) {
@@ -71,19 +71,37 @@ extension SyncEngine {
                   message: "a change lost to a concurrent change and is kept: see kvsfs conflicts")
     }
 
-    /// Every key's latest change on the remote, fetched from the start, and the position that
-    /// leaves the mount at.
-    func fetchWholeHistory() async throws -> (changes: [String: StampedChange], position: SyncPosition) {
+    /// The remote's whole history, fetched from the start.
+    struct WholeHistory {
+        /// Every key's latest change that meets the change rule.
+        var changes: [String: StampedChange] = [:]
+        /// Every key's latest stamp, of every row the mount could read (those the change rule
+        /// refuses too, by their key in NFC): what the remote holds, not what this mount would
+        /// take in.
+        var held: [String: ChangeStamp] = [:]
+        /// Whether a row could not be read at all: its key is not known.
+        var unreadable = false
+        /// Where the fetch leaves the mount.
         var position = SyncPosition.start
-        var latest = [String: StampedChange]()
+    }
+
+    func fetchWholeHistory() async throws -> WholeHistory {
+        var history = WholeHistory()
         while true {
-            let batch = try await remote.fetch(after: position.cursor, mark: position.mark)
+            let batch = try await remote.fetch(after: history.position.cursor, mark: history.position.mark)
+            let admission = admit(batch)
             // A key's change given again later (with its conflict) is the one the remote holds.
-            for change in admit(batch) where latest[change.key].map({ change.stamp >= $0.stamp }) ?? true {
-                latest[change.key] = change
+            for change in admission.changes where history.changes[change.key].map({ change.stamp >= $0.stamp }) ?? true {
+                history.changes[change.key] = change
             }
-            position = position.after(batch)
-            if batch.complete { return (latest, position) }
+            let rows = admission.changes.map { ($0.key, $0.stamp) }
+                + admission.refused.map { (KeyName.canonical($0.change.key), $0.change.stamp) }
+            for (key, stamp) in rows where history.held[key].map({ stamp > $0 }) ?? true {
+                history.held[key] = stamp
+            }
+            history.unreadable = history.unreadable || !batch.unreadable.isEmpty
+            history.position = history.position.after(batch)
+            if batch.complete { return history }
         }
     }
 
@@ -98,10 +116,10 @@ extension SyncEngine {
         }
     }
 
-    /// The changes of a fetched batch that meet the change rule, in the form the store keeps.
-    /// Each one that does not is reported (an event with the reason) and passed over: the
-    /// remote holds it as it is, so fetching it again would give the same.
-    private func admit(_ batch: ChangeBatch) -> [StampedChange] {
+    /// A fetched batch's changes as the store keeps those that meet the change rule. Each one
+    /// that does not is reported (an event with the reason) and passed over: the remote holds
+    /// it as it is, so fetching it again would give the same.
+    private func admit(_ batch: ChangeBatch) -> Admission {
         let admission = ChangeAdmission.admit(batch.changes, policy: .fetched)
         if !admission.refused.isEmpty || !batch.unreadable.isEmpty || !admission.droppedConflicts.isEmpty {
             let reasons = admission.refused.map { "\($0.change.key.debugDescription): \($0.reason)" } + batch.unreadable
@@ -109,6 +127,6 @@ extension SyncEngine {
             onEvent(SyncEvent(reason: .refusedRemoteChange, keys: admission.refused.map(\.change.key).sorted(),
                               message: reasons.joined(separator: "; ")))
         }
-        return admission.changes
+        return admission
     }
 }

@@ -80,8 +80,9 @@ extension SyncEngine {
                 backoff.reset()
             } catch {
                 // The round reports what the remote answers; a watcher that cannot reach it
-                // only looks again later. Another history: the round that this starts finds
-                // it too, and resynchronises.
+                // (or whose stream ended) only notes the gap, and looks again later. Another
+                // history: the round that this starts finds it too, and resynchronises.
+                noteGap(after: error)
                 if (error as? CloudError)?.isHistoryMismatch == true { wake.signal() }
                 do { try await clock.sleep(for: nextWait(of: &backoff)) } catch { return }
             }

@@ -24,8 +24,11 @@ extension SyncEngine {
         }
     }
 
+    /// A round or a push that failed: reported in the status, and a gap when the remote's
+    /// (`noteGap`).
     func noteFailure(_ error: any Error) {
         state.update { $0.lastError = String(describing: error) }
+        noteGap(after: error)
     }
 
     /// Records an incident (see `Status.lastIncident`) and reports it as a `remote-reset` event

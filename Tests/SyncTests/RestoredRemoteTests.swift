@@ -15,12 +15,37 @@ struct RestoredRemoteTests {
     /// and the backup taken once `a` has pushed `early`.
     private func backedUp(in dir: TemporaryDirectory) async throws
         -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote) {
-        let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
-        let remote = ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default")
+        let (storage, remote) = restorable()
         let a = try Device("a", in: dir, remote: remote)
         try a.store.put(.string("before"), forKey: "early")
         try await a.engine.synchronize()
         return (storage, storage.snapshot(), a, remote)
+    }
+
+    /// A storage that can be put back to a backup, and a remote on it.
+    private func restorable() -> (storage: RestorableStorage, remote: ChangeLogRemote) {
+        let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
+        return (storage, ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default"))
+    }
+
+    /// Cuts `device` off (its round fails: a gap), restores `backup`, and has a new device b
+    /// write `keys` (each its name as value), then "shared" ("from b") with a later stamp than
+    /// any before; then puts `device` back online.
+    private func restore(_ backup: MemoryCloudStorage, to storage: RestorableStorage, cutting device: Device,
+                         off line: InterruptibleRemote, whileB keys: [String], in dir: TemporaryDirectory,
+                         remote: ChangeLogRemote) async throws {
+        line.setOnline(false)
+        await #expect(throws: (any Error).self) { try await device.engine.synchronize() }
+        storage.restore(backup.snapshot())
+        try await Task.sleep(for: .milliseconds(5))  // b's stamps after every one before
+        let b = try Device("b", in: dir, remote: remote)
+        try await b.engine.synchronize()
+        for key in keys { try b.store.put(.string(key), forKey: key) }
+        try await b.engine.synchronize()
+        try b.store.put(.string("from b"), forKey: "shared")
+        try await b.engine.synchronize()
+        await b.engine.stopAndWait()
+        line.setOnline(true)
     }
 
     /// The same, then `a` pushes five more keys.
@@ -82,6 +107,87 @@ struct RestoredRemoteTests {
             #expect(Set(d.store.keys()).isSuperset(of: (0..<10).map { "b\($0)" }), "d has every change b made: \(d.store.keys())")
             #expect(d.events.events.contains { $0.reason == .remoteReset }, "\(d.events.events)")
             #expect(d.text("shared") == "from b")
+        }
+    }
+
+    /// The restore no mark shows: a's mark is its change of "shared", which b, in the restored
+    /// history, writes again past a's cursor. No mount finds the restore out by its mark, so
+    /// nobody renews the identity; a, cut off while the remote was restored, audits the
+    /// remote after that gap and finds its own change missing.
+    @Test("after a gap, a mount finds out a restore that no mark shows, and pushes back what the remote lost")
+    func foundOutAfterAGap() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, remote) = restorable()
+            let line = InterruptibleRemote(remote)
+            let a = try Device("a", in: dir, remote: line)
+            try a.store.put(.string("before"), forKey: "early")
+            try await a.engine.synchronize()
+            let backup = storage.snapshot()
+            try a.store.put(.string("late"), forKey: "late")
+            try a.store.put(.string("from a"), forKey: "shared")
+            try await a.engine.synchronize()
+            #expect(a.store.syncState(forKey: "late") == .synced)
+
+            // b writes "shared" at cursor 4: a's mark ("shared" at 3) fits the restored history.
+            try await restore(backup, to: storage, cutting: a, off: line, whileB: ["b0", "b1"], in: dir, remote: remote)
+            #expect(try storage.identity() == "same", "no mark showed the restore")
+            try await a.engine.synchronize()
+            let held = try storage.changes(in: "default", after: 0, limit: 100).changes
+            #expect(held.contains { $0.key == "late" && $0.value != nil }, "a pushed back the change the remote lost: \(held.map(\.key))")
+            #expect(a.text("shared") == "from b" && a.text("b1") == "b1", "a took in b's changes")
+            let reset = a.events.events.first { $0.reason == .remoteReset }
+            #expect(reset?.message?.contains("the remote lost changes it had accepted: \"late\" (1 in all)") == true, "\(a.events.events)")
+            #expect(try storage.identity() != "same", "a renewed the identity: b follows")
+        }
+    }
+
+    /// The same restore, where the only change d fetched past the backup was written again by
+    /// b in the restored history: d lost nothing, but b's first change sits before d's cursor.
+    @Test("after a gap, a mount that lost nothing takes in what the restored remote holds before its cursor")
+    func catchUpAfterAGap() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, remote) = restorable()
+            let line = InterruptibleRemote(remote)
+            let a = try Device("a", in: dir, remote: remote)
+            let d = try Device("d", in: dir, remote: line)
+            try a.store.put(.string("before"), forKey: "early")
+            try await a.engine.synchronize()
+            try await d.engine.synchronize()
+            let backup = storage.snapshot()
+            try a.store.put(.string("from a"), forKey: "shared")
+            try await a.engine.synchronize()
+            await a.engine.stopAndWait()
+            try await d.engine.synchronize()
+            #expect(d.text("shared") == "from a")  // d's mark: "shared" at cursor 2
+
+            try await restore(backup, to: storage, cutting: d, off: line, whileB: ["b0"], in: dir, remote: remote)
+            try await d.engine.synchronize()
+            #expect(d.text("b0") == "b0", "d took in b's change at cursor 2, before its own cursor")
+            #expect(d.text("shared") == "from b")
+            #expect(!d.events.events.contains { $0.reason == .remoteReset }, "d lost nothing: \(d.events.events)")
+            #expect(d.events.events.contains { $0.reason == .serverChange && $0.keys.contains("b0") }, "\(d.events.events)")
+        }
+    }
+
+    @Test("a gap in which the remote lost nothing sends no mount through a resynchronisation")
+    func gapWithoutLoss() async throws {
+        try await withTemporaryDirectory { dir in
+            let storage = MemoryCloudStorage(identity: "same")
+            let line = InterruptibleRemote(memoryRemote(storage))
+            let a = try Device("a", in: dir, remote: line)
+            let b = try Device("b", in: dir, remote: memoryRemote(storage))
+            for index in 0..<3 { try a.store.put(.integer(index), forKey: "a\(index)") }
+            try a.store.removeValue(forKey: "a0")
+            try await a.engine.synchronize()
+            line.setOnline(false)
+            await #expect(throws: (any Error).self) { try await a.engine.synchronize() }
+            try b.store.put(.string("newer"), forKey: "a1")
+            try await b.engine.synchronize()
+            line.setOnline(true)
+            try await a.engine.synchronize()
+            #expect(a.text("a1") == "newer")
+            #expect(!a.events.events.contains { $0.reason == .remoteReset }, "\(a.events.events)")
+            #expect(try storage.identity() == "same")
         }
     }
 

@@ -105,6 +105,30 @@ struct SyncTimingTests {
         }
     }
 
+    @Test("the first round, and the first after the remote failed, fetch the whole history once more; others do not")
+    func auditOnlyAfterAGap() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir)
+            func fetchesFromStart(_ round: () async throws -> Void) async rethrows -> Int {
+                let before = rig.log.calls("fetch").count
+                try await round()
+                return rig.log.calls("fetch").dropFirst(before).filter { $0.after == 0 }.count
+            }
+            try rig.store.put(.string("v"), forKey: "k")
+            // The daemon's start is a gap: once k is pushed, the audit fetches from the start,
+            // and the fetch after it goes on from where the audit ended.
+            #expect(try await fetchesFromStart { try await rig.engine.synchronize() } == 1)
+            #expect(try await fetchesFromStart { try await rig.engine.synchronize() } == 0)
+            rig.link.setOnline(false)
+            await #expect(throws: (any Error).self) { try await rig.engine.synchronize() }
+            await #expect(throws: (any Error).self) { try await rig.engine.synchronize() }
+            rig.link.setOnline(true)
+            #expect(try await fetchesFromStart { try await rig.engine.synchronize() } == 1, "one audit for two failures")
+            #expect(try await fetchesFromStart { try await rig.engine.synchronize() } == 0)
+            #expect(rig.store.syncState(forKey: "k") == .synced)
+        }
+    }
+
     @Test("the account is checked on the first round, then not again until 60 s have passed")
     func accountCheckInterval() async throws {
         try await withTemporaryDirectory { dir in
@@ -182,6 +206,8 @@ final class CallLog: Remote {
         let name: String
         let time: ManualClock.Instant
         let changes: Int
+        /// The cursor a fetch asked after.
+        var after: Int64?
     }
 
     private let base: any Remote
@@ -203,8 +229,8 @@ final class CallLog: Remote {
         recorded.withLock { $0.filter { $0.name == name } }
     }
 
-    private func note(_ name: String, changes: Int = 0) {
-        let call = Call(name: name, time: clock.now, changes: changes)
+    private func note(_ name: String, changes: Int = 0, after: Int64? = nil) {
+        let call = Call(name: name, time: clock.now, changes: changes, after: after)
         recorded.withLock { $0.append(call) }
         arrival.yield(call)
     }
@@ -220,7 +246,7 @@ final class CallLog: Remote {
     }
 
     func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
-        note("fetch")
+        note("fetch", after: cursor)
         return try await base.fetch(after: cursor, mark: mark)
     }
 
