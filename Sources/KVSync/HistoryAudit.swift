@@ -2,42 +2,44 @@ import KVCloud
 import KVStore
 import Synchronization
 
-/// The audit of the remote after a gap in the mount's contact with it (the daemon started,
-/// the remote could not be reached or answered an error, the event stream ended): the round
-/// checks that the remote still holds every change this mount holds as synced, and takes in
-/// everything the remote holds. One fetch of the remote's whole history per gap, none
-/// otherwise.
+/// The audit of the remote after a gap in the mount's contact with it (the daemon started;
+/// the remote could not be reached, failed a request, or ended the event stream): one fetch of
+/// the remote's whole history per gap, none otherwise.
 ///
-/// It finds out the restore history marks cannot (`HistoryMark`): a remote rewound and since
-/// written past a mount's mark, under the mark's own key. No request of that mount is refused,
-/// so without the audit the changes accepted between the backup and the restore stay lost,
-/// and those others wrote into the new history before the mount's cursor never reach it. A
-/// restore takes the remote away from the mounts connected to it, and a mount started later
-/// starts with a gap.
+/// It finds out the restore that history marks let through (`HistoryMark`): a remote rewound
+/// and since written past a mount's mark, under the mark's own key. A restore takes the remote
+/// away from the mounts connected to it, so each meets a gap.
+///
+/// Invariant: a change the mount holds as synced was accepted by the remote, and in one
+/// history the remote never lacks it (`WholeHistory.lacks`); a remote that does is another
+/// history.
 extension SyncEngine {
-    /// Gaps noted, and how many of them an audit has covered.
+    /// Gaps noted, and how many of them an audit or a resynchronisation has covered.
     struct AuditCount: Sendable {
         var gaps = 1  // the daemon's start is one
         var audited = 0
     }
 
-    /// Notes a gap when `error` came from talking to the remote (not from the local store):
-    /// the next round audits the remote.
+    /// Notes a gap when `error` is the remote's failure: not a refused token, nor another
+    /// history (which the round resynchronises from), nor a busy remote (it is up, serving its
+    /// history; and an overloaded server is not sent whole-history fetches).
     func noteGap(after error: any Error) {
         guard let error = error as? CloudError else { return }
         switch error {
-        case .unavailable, .busy, .refused: auditCount.withLock { $0.gaps += 1 }
+        case .unavailable, .refused: auditCount.withLock { $0.gaps += 1 }
         default: break
         }
     }
 
-    /// When a gap has been noted since the last audit and the mount holds changes as synced:
-    /// fetches the remote's whole history. When the remote lacks one of those changes (no row
-    /// for a value, or an older change: in one history a key's row only moves forward, and
-    /// the greater stamp wins), the mount resynchronises and pushes what the remote lost.
-    /// Otherwise it takes in every change by the merge rule and moves its position to the
-    /// history's end: in one history, what its next fetches would bring. A gap noted while it
-    /// runs is left for the next round.
+    /// Marks the gaps up to `gaps` covered: the mount has compared its store with the remote's
+    /// whole history since they were noted.
+    func noteAudited(_ gaps: Int) {
+        auditCount.withLock { $0.audited = max($0.audited, gaps) }
+    }
+
+    /// Audits the remote when a gap was noted since the last audit; a gap noted while it runs is
+    /// left for the next round. A mount that holds nothing as synced has nothing to compare:
+    /// its gaps are covered at once.
     func auditIfDue() async throws {
         let gaps = auditCount.withLock { $0.gaps > $0.audited ? $0.gaps : nil }
         guard let gaps else { return }
@@ -45,33 +47,47 @@ extension SyncEngine {
         // (`pushNow` marks changes synced outside the round).
         let synced = store.syncedChanges()
         if !synced.isEmpty { try await audit(synced) }
-        auditCount.withLock { $0.audited = max($0.audited, gaps) }
+        noteAudited(gaps)
     }
 
+    /// Compares `synced` with the remote's whole history, fetched with the mount's mark: another
+    /// history (the mark does not fit, the history ends before the mount's cursor, or it lacks
+    /// one of `synced`) sends the mount through a resynchronisation, and what the remote lost
+    /// is pushed again; otherwise the mount takes in every change by the merge rule, and its
+    /// position moves to the history's end (in one history, what its next fetches would bring).
     private func audit(_ synced: [StampedChange]) async throws {
-        let reason: SyncEvent.Reason = try storedPosition() == nil ? .initialSync : .serverChange
+        let stored = try storedPosition()
         // A batch the event stream delivered is not the history from its start.
         remote.discardPrefetched()
-        let history = try await fetchWholeHistory()
-        let lost = synced.filter { local in
-            guard let stamp = history.held[local.key] else {
-                // A row that could not be read may be this key's.
-                return !local.isTombstone && !history.unreadable
-            }
-            return stamp < local.stamp
+        let history: WholeHistory
+        do {
+            history = try await fetchWholeHistory(checking: stored?.mark)
+        } catch let error as CloudError where error.isHistoryMismatch {
+            return try await resynchroniseAndPush(because: "the remote's history is not the one this mount saw: \(error)")
         }
-        if lost.isEmpty {
-            let remoteChanges = Array(history.changes.values)
-            let changed = try await apply(remoteChanges, mode: .merge)
-            let conflicts = try store.takeConflicts(from: remoteChanges)
-            try record(history.position)
-            if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
-            if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
-        } else {
+        if let stored, stored.cursor > history.position.cursor {
+            return try await resynchroniseAndPush(because: "the remote's history ends at \(history.position.cursor), before this mount's cursor \(stored.cursor)",
+                                                  history: history)
+        }
+        // A row that could not be read may be a key's the history seems to lack.
+        let lost = synced.filter { history.lacks($0) && (history.held[$0.key] != nil || !history.unreadable) }
+        guard lost.isEmpty else {
             let keys = lost.prefix(3).map(\.key.debugDescription).joined(separator: ", ") + (lost.count > 3 ? ", ..." : "")
-            try await resynchronise(identity: nil, because: "the remote lost changes it had accepted: \(keys) (\(lost.count) in all)",
-                                    history: history)
-            try await push()
+            return try await resynchroniseAndPush(because: "the remote lost changes it had accepted: \(keys) (\(lost.count) in all)",
+                                                  history: history)
         }
+        let remoteChanges = Array(history.changes.values)
+        let changed = try await apply(remoteChanges, mode: .merge)
+        let conflicts = try store.takeConflicts(from: remoteChanges)
+        try record(history.position)
+        if !changed.isEmpty { onEvent(SyncEvent(reason: stored == nil ? .initialSync : .serverChange, keys: changed.sorted())) }
+        if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+    }
+
+    /// The audit runs after the round's push: what the resynchronisation makes pending is
+    /// pushed now.
+    private func resynchroniseAndPush(because reason: String, history: WholeHistory? = nil) async throws {
+        try await resynchronise(identity: nil, because: reason, history: history)
+        try await push()
     }
 }

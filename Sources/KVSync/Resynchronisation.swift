@@ -30,15 +30,14 @@ extension SyncEngine {
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     /// `history`, when given, is the remote's whole history fetched already.
+    /// Covers the gaps noted before it began, as an audit would (`auditIfDue`).
     func resynchronise(identity: String?, because reason: String, history: WholeHistory? = nil) async throws {
+        let gaps = auditCount.withLock { $0.gaps }
         // Found by this mount's own position: its other mounts may not be able to tell.
         if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
         let fetched = if let history { history } else { try await fetchWholeHistory() }
         let (remoteChanges, position) = (fetched.changes, fetched.position)
-        let lost = store.allChanges().filter { local in
-            guard let held = remoteChanges[local.key] else { return !local.isTombstone }
-            return held.stamp < local.stamp
-        }
+        let lost = store.allChanges().filter(fetched.lacks)
         try store.markPending(lost.map(\.key))
         let changed = try await apply(Array(remoteChanges.values), mode: .merge)
         let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
@@ -47,6 +46,7 @@ extension SyncEngine {
         let current = if let identity { identity } else { try await remote.identity() }
         try store.setSetting(Self.remoteSetting, to: current)
         try record(position)
+        noteAudited(gaps)
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
                      keys: Set(lost.map(\.key) + changed).sorted())
         if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }

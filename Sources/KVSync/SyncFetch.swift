@@ -83,10 +83,20 @@ extension SyncEngine {
         var unreadable = false
         /// Where the fetch leaves the mount.
         var position = SyncPosition.start
+
+        /// Whether the remote lacks `change`: it holds no row of the key (for a value), or an
+        /// older change of it. In one history a key's row only moves forward, and the greater
+        /// stamp wins: a change the remote accepted is never lacking.
+        func lacks(_ change: StampedChange) -> Bool {
+            guard let stamp = held[change.key] else { return !change.isTombstone }
+            return stamp < change.stamp
+        }
     }
 
-    func fetchWholeHistory() async throws -> WholeHistory {
-        var history = WholeHistory()
+    /// `mark`, when given, goes with the first request: a remote whose history it does not fit
+    /// answers `CloudError.historyDiffers` (or `cursorAhead`), as to a fetch.
+    func fetchWholeHistory(checking mark: HistoryMark? = nil) async throws -> WholeHistory {
+        var history = WholeHistory(position: SyncPosition(cursor: 0, mark: mark))
         while true {
             let batch = try await remote.fetch(after: history.position.cursor, mark: history.position.mark)
             let admission = admit(batch)

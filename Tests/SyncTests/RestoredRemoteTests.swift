@@ -169,7 +169,37 @@ struct RestoredRemoteTests {
         }
     }
 
-    @Test("a gap in which the remote lost nothing sends no mount through a resynchronisation")
+    /// The audit must not take the place of what a fetch finds out: a restored history that
+    /// ends before the mount's cursor, where it lost nothing the mount holds as synced.
+    @Test("after a gap, a restored history that ends before the mount's cursor is a remote-reset, even with nothing lost")
+    func historyEndingBeforeTheCursor() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, remote) = restorable()
+            let line = InterruptibleRemote(remote)
+            let a = try Device("a", in: dir, remote: line)
+            try a.store.put(.string("before"), forKey: "early")
+            try await a.engine.synchronize()
+            let backup = storage.snapshot()
+            let e = try Device("e", in: dir, remote: remote)
+            for value in ["e1", "e2"] {
+                try e.store.put(.string(value), forKey: "shared")
+                try await e.engine.synchronize()
+            }
+            await e.engine.stopAndWait()
+            try await a.engine.synchronize()
+            #expect(a.text("shared") == "e2")  // a's cursor: 3
+
+            // b writes "shared" at cursor 2, newer than e2: a lost nothing, but its cursor is past the end.
+            try await restore(backup, to: storage, cutting: a, off: line, whileB: [], in: dir, remote: remote)
+            try await a.engine.synchronize()
+            #expect(a.text("shared") == "from b")
+            let reset = a.events.events.first { $0.reason == .remoteReset }
+            #expect(reset?.message?.contains("history ends at 2") == true, "\(a.events.events)")
+            #expect(try storage.identity() != "same", "a renewed the identity: its other mounts follow")
+        }
+    }
+
+    @Test("a gap in which the remote lost nothing gives no remote-reset")
     func gapWithoutLoss() async throws {
         try await withTemporaryDirectory { dir in
             let storage = MemoryCloudStorage(identity: "same")
@@ -177,10 +207,13 @@ struct RestoredRemoteTests {
             let a = try Device("a", in: dir, remote: line)
             let b = try Device("b", in: dir, remote: memoryRemote(storage))
             for index in 0..<3 { try a.store.put(.integer(index), forKey: "a\(index)") }
+            try await a.engine.synchronize()
             try a.store.removeValue(forKey: "a0")
             try await a.engine.synchronize()
+            #expect(a.store.syncState(forKey: "a0") == .synced, "a synced tombstone")
             line.setOnline(false)
             await #expect(throws: (any Error).self) { try await a.engine.synchronize() }
+            try await Task.sleep(for: .milliseconds(5))  // b's stamp after a's
             try b.store.put(.string("newer"), forKey: "a1")
             try await b.engine.synchronize()
             line.setOnline(true)
