@@ -15,11 +15,19 @@ struct RestoredRemoteTests {
     /// and the backup taken once `a` has pushed `early`.
     private func backedUp(in dir: TemporaryDirectory) async throws
         -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote) {
+        let (storage, backup, a, remote, _) = try await backedUpBehindLine(in: dir)
+        return (storage, backup, a, remote)
+    }
+
+    /// The same, `a` reaching the remote through `line`, which can cut it off.
+    private func backedUpBehindLine(in dir: TemporaryDirectory) async throws
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote, line: InterruptibleRemote) {
         let (storage, remote) = restorable()
-        let a = try Device("a", in: dir, remote: remote)
+        let line = InterruptibleRemote(remote)
+        let a = try Device("a", in: dir, remote: line)
         try a.store.put(.string("before"), forKey: "early")
         try await a.engine.synchronize()
-        return (storage, storage.snapshot(), a, remote)
+        return (storage, storage.snapshot(), a, remote, line)
     }
 
     /// A storage that can be put back to a backup, and a remote on it.
@@ -117,12 +125,7 @@ struct RestoredRemoteTests {
     @Test("after a gap, a mount finds out a restore that no mark shows, and pushes back what the remote lost")
     func foundOutAfterAGap() async throws {
         try await withTemporaryDirectory { dir in
-            let (storage, remote) = restorable()
-            let line = InterruptibleRemote(remote)
-            let a = try Device("a", in: dir, remote: line)
-            try a.store.put(.string("before"), forKey: "early")
-            try await a.engine.synchronize()
-            let backup = storage.snapshot()
+            let (storage, backup, a, remote, line) = try await backedUpBehindLine(in: dir)
             try a.store.put(.string("late"), forKey: "late")
             try a.store.put(.string("from a"), forKey: "shared")
             try await a.engine.synchronize()
@@ -174,12 +177,7 @@ struct RestoredRemoteTests {
     @Test("after a gap, a restored history that ends before the mount's cursor is a remote-reset, even with nothing lost")
     func historyEndingBeforeTheCursor() async throws {
         try await withTemporaryDirectory { dir in
-            let (storage, remote) = restorable()
-            let line = InterruptibleRemote(remote)
-            let a = try Device("a", in: dir, remote: line)
-            try a.store.put(.string("before"), forKey: "early")
-            try await a.engine.synchronize()
-            let backup = storage.snapshot()
+            let (storage, backup, a, remote, line) = try await backedUpBehindLine(in: dir)
             let e = try Device("e", in: dir, remote: remote)
             for value in ["e1", "e2"] {
                 try e.store.put(.string(value), forKey: "shared")
