@@ -20,13 +20,13 @@ extension SyncEngine {
         var audited = 0
     }
 
-    /// Notes a gap when `error` is the remote's failure: not a refused token, nor another
-    /// history (which the round resynchronises from), nor a busy remote (it is up, serving its
-    /// history; and an overloaded server is not sent whole-history fetches).
+    /// Notes a gap when `error` is the remote's failure (a server whose storage is down answers
+    /// 503, which is `busy`); not a refused token, nor another history, which the round
+    /// resynchronises from.
     func noteGap(after error: any Error) {
         guard let error = error as? CloudError else { return }
         switch error {
-        case .unavailable, .refused: auditCount.withLock { $0.gaps += 1 }
+        case .unavailable, .busy, .refused: auditCount.withLock { $0.gaps += 1 }
         default: break
         }
     }

@@ -30,9 +30,10 @@ extension SyncEngine {
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     /// `history`, when given, is the remote's whole history fetched already.
-    /// Covers the gaps noted before it began, as an audit would (`auditIfDue`).
+    /// Fetching the whole history itself, it covers the gaps noted before it began, as an audit
+    /// would (`auditIfDue`, which covers its own when it gives `history`).
     func resynchronise(identity: String?, because reason: String, history: WholeHistory? = nil) async throws {
-        let gaps = auditCount.withLock { $0.gaps }
+        let gaps = history == nil ? auditCount.withLock { $0.gaps } : nil
         // Found by this mount's own position: its other mounts may not be able to tell.
         if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
         let fetched = if let history { history } else { try await fetchWholeHistory() }
@@ -46,7 +47,7 @@ extension SyncEngine {
         let current = if let identity { identity } else { try await remote.identity() }
         try store.setSetting(Self.remoteSetting, to: current)
         try record(position)
-        noteAudited(gaps)
+        if let gaps { noteAudited(gaps) }
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
                      keys: Set(lost.map(\.key) + changed).sorted())
         if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }

@@ -93,8 +93,9 @@ extension SyncEngine {
         }
     }
 
-    /// `mark`, when given, goes with the first request: a remote whose history it does not fit
-    /// answers `CloudError.historyDiffers` (or `cursorAhead`), as to a fetch.
+    /// The remote's whole history, fetched from the start. `mark`, when given, goes with every
+    /// request: a remote whose history it does not fit answers a history mismatch, as to a
+    /// fetch (a server renews the account's generation on it).
     func fetchWholeHistory(checking mark: HistoryMark? = nil) async throws -> WholeHistory {
         var history = WholeHistory(position: SyncPosition(cursor: 0, mark: mark))
         while true {

@@ -127,6 +127,11 @@ struct SyncTimingTests {
             rig.link.setOnline(true)
             #expect(try await fetchesFromStart { try await restarted.synchronize() } == 1, "one audit for two failures")
             #expect(try await fetchesFromStart { try await restarted.synchronize() } == 0)
+            // A server whose storage is down answers 503.
+            try rig.store.put(.string("w"), forKey: "k")
+            rig.link.answerBusy(retryAfter: .seconds(1))
+            await #expect(throws: (any Error).self) { try await restarted.synchronize() }
+            #expect(try await fetchesFromStart { try await restarted.synchronize() } == 1, "a 503 is a gap")
             #expect(rig.store.syncState(forKey: "k") == .synced)
         }
     }
