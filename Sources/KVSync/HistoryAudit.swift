@@ -83,11 +83,4 @@ extension SyncEngine {
         if !changed.isEmpty { onEvent(SyncEvent(reason: stored == nil ? .initialSync : .serverChange, keys: changed.sorted())) }
         if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
     }
-
-    /// The audit runs after the round's push: what the resynchronisation makes pending is
-    /// pushed now.
-    private func resynchroniseAndPush(because reason: String, history: WholeHistory? = nil) async throws {
-        try await resynchronise(identity: nil, because: reason, history: history)
-        try await push()
-    }
 }

@@ -29,9 +29,10 @@ extension SyncEngine {
     /// (it has none, or an older one, for the key) becomes pending and is pushed again by this
     /// round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
-    /// `history`, when given, is the remote's whole history fetched already.
-    /// Fetching the whole history itself, it covers the gaps noted before it began, as an audit
-    /// would (`auditIfDue`, which covers its own when it gives `history`).
+    ///
+    /// `history`, when given, is the remote's whole history fetched already. Fetching it itself,
+    /// it covers the gaps noted before it began, as an audit would (`auditIfDue`, which covers
+    /// its own when it gives `history`).
     func resynchronise(identity: String?, because reason: String, history: WholeHistory? = nil) async throws {
         let gaps = history == nil ? auditCount.withLock { $0.gaps } : nil
         // Found by this mount's own position: its other mounts may not be able to tell.
@@ -51,6 +52,13 @@ extension SyncEngine {
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
                      keys: Set(lost.map(\.key) + changed).sorted())
         if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+    }
+
+    /// Resynchronises once the round's push is done (from its fetch or its audit), and pushes
+    /// what that made pending now.
+    func resynchroniseAndPush(because reason: String, history: WholeHistory? = nil) async throws {
+        try await resynchronise(identity: nil, because: reason, history: history)
+        try await push()
     }
 
     /// Replaces the store's values by the remote's, on request (`kvsfs sync --replace-with-remote`):

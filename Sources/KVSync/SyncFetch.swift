@@ -27,9 +27,7 @@ extension SyncEngine {
                 batch = try await remote.fetch(after: fetched.cursor, mark: fetched.mark)
             } catch let error as CloudError where error.isHistoryMismatch {
                 // Found after this round's push: push what the remote lost now.
-                try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
-                try await push()
-                return
+                return try await resynchroniseAndPush(because: "the remote's history is not the one this mount saw: \(error)")
             }
             var confirmations = [StampedChange]()
             let admitted = admit(batch).changes
