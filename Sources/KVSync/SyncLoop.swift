@@ -32,14 +32,17 @@ extension SyncEngine {
     }
 
     /// Runs a round, then waits for a wake-up and lets a burst of changes gather before the
-    /// next. A round that fails is retried after the remote's retry-after if it gave one, else
-    /// after a backoff that grows with each failure in a row.
+    /// next: at least the debounce, and until the minimum interval (the burst interval after a
+    /// round that pushed a burst) has passed since the last round began. A round that fails is
+    /// retried after the remote's retry-after if it gave one, else after a backoff that grows
+    /// with each failure in a row.
     private func runLoop() async {
         var backoff = Backoff()
         while !Task.isCancelled {
             let roundStart = clock.elapsed
+            let pushed: Int
             do {
-                try await round()
+                pushed = try await round()
                 backoff.reset()
             } catch {
                 let delay = (error as? CloudError)?.retryAfter ?? nextWait(of: &backoff)
@@ -47,8 +50,9 @@ extension SyncEngine {
                 continue
             }
             await wake.wait()
+            let interval = pushed >= Self.burstSize ? burstInterval : minimumInterval
             let sinceLast = clock.elapsed - roundStart
-            do { try await clock.sleep(for: max(debounce, minimumInterval - sinceLast)) } catch { return }
+            do { try await clock.sleep(for: max(debounce, interval - sinceLast)) } catch { return }
         }
     }
 

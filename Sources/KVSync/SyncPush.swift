@@ -21,10 +21,12 @@ extension SyncEngine {
         return outcome
     }
 
-    func push() async throws {
-        guard store.readOnly == nil else { return }
+    /// Returns how many changes it pushed.
+    @discardableResult
+    func push() async throws -> Int {
+        guard store.readOnly == nil else { return 0 }
         let pending = store.changesToPush()
-        guard !pending.isEmpty else { return }
+        guard !pending.isEmpty else { return 0 }
         let outcome: PushOutcome
         do {
             outcome = try await send(pending)
@@ -33,7 +35,7 @@ extension SyncEngine {
             try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
             outcome = try await send(store.changesToPush())
         }
-        guard !outcome.refused.isEmpty else { return }
+        guard !outcome.refused.isEmpty else { return pending.count }
         // Roll each refused change back to what the remote holds (or to nothing), if it is still
         // its key's latest: an unsent loss the remote refused to keep (a quota) was replaced
         // already, and must not take a later local write with it.
@@ -42,5 +44,6 @@ extension SyncEngine {
         _ = try await apply(rollbacks, mode: .rollback)
         let message = outcome.refused.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
         onEvent(SyncEvent(reason: .quotaViolation, keys: outcome.refused.map(\.change.key).sorted(), message: message))
+        return pending.count
     }
 }

@@ -89,6 +89,36 @@ struct SyncTimingTests {
         }
     }
 
+    @Test("after a round that pushed a burst (32 changes or more) the next starts 50 ms after it; after a smaller one, 10 ms after")
+    func burstSpacesRounds() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir)
+            try await rig.startSynchronized()
+            try rig.store.apply((0..<32).map { .put("k\($0)", .integer($0)) })
+            try await rig.clock.waitForSleepers(2)  // the debounce
+            rig.clock.advanceToNextDeadline()
+            try await rig.waitForLog { $0.calls("push").count == 1 }
+            let burst = try #require(rig.log.calls("push").first)
+            #expect(burst.changes == 32)
+
+            // A change once each round has ended: the push that takes it waits out the interval
+            // that round set, and not a nanosecond more.
+            func pushOfNextChange(waiting interval: Duration) async throws -> CallLog.Call {
+                let pushes = rig.log.calls("push").count
+                try await rig.waitForRoundEnd()
+                try rig.store.put(.integer(pushes), forKey: "late")
+                #expect(rig.clock.advance(by: interval - .nanoseconds(1)) == 0, "nothing is due before \(interval)")
+                #expect(rig.clock.advance(by: .nanoseconds(1)) == 1)
+                try await rig.waitForLog { $0.calls("push").count == pushes + 1 }
+                return rig.log.calls("push")[pushes]
+            }
+            let afterBurst = try await pushOfNextChange(waiting: .milliseconds(50))
+            #expect(afterBurst.time == burst.time.advanced(by: .milliseconds(50)) && afterBurst.changes == 1)
+            let afterSingle = try await pushOfNextChange(waiting: .milliseconds(10))
+            #expect(afterSingle.time == afterBurst.time.advanced(by: .milliseconds(10)))
+        }
+    }
+
     @Test("with nothing asking for one, a round runs when the clock passes 30 s, and not before")
     func periodicRound() async throws {
         try await withTemporaryDirectory { dir in
