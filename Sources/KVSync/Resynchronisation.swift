@@ -58,7 +58,7 @@ extension SyncEngine {
     /// what that made pending now.
     func resynchroniseAndPush(because reason: String, history: WholeHistory? = nil) async throws {
         try await resynchronise(identity: nil, because: reason, history: history)
-        try await push()
+        _ = try await push()  // once, not a stream of writes: no burst for the loop to space
     }
 
     /// Replaces the store's values by the remote's, on request (`kvsfs sync --replace-with-remote`):

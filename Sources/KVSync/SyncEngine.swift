@@ -25,14 +25,16 @@ public final class SyncEngine: Sendable {
     /// Under a steady stream of changes, rounds start at least this far apart, so that each
     /// pushes many changes.
     let minimumInterval: Duration = .milliseconds(10)
-    /// After a round that pushed a burst (`burstSize` changes or more), the next starts at
-    /// least this long after it. A push costs the same few transactions however many changes it
-    /// carries (the remote's, and the store's record of it); under a burst of writes, paying them
-    /// every 50 ms instead of every 10 leaves the cores to the writes, for changes that reach
-    /// other mounts at most 40 ms later. A round that pushed fewer (single edits, as people make
-    /// them) keeps the short interval.
+    /// After a round that pushed a burst, the next starts at least this long after it began.
+    /// A push costs a few transactions however many changes it carries (the remote's, and the
+    /// store's record of it), and so does the fetch after it; under a stream of writes, paying
+    /// them less often leaves the cores to the writes. The price: while a mount writes bursts,
+    /// what it writes next reaches other mounts, and what they write reaches it, up to 40 ms
+    /// later than under the minimum interval alone.
     let burstInterval: Duration = .milliseconds(50)
-    static let burstSize = 32
+    /// A round that pushed this many changes or more pushed a burst; single edits, as people
+    /// make them, keep the minimum interval.
+    let burstSize = 32
     /// How often a round runs with nothing else asking for one.
     let keepAliveInterval: Duration = .seconds(30)
     /// How often a round asks the remote's identity and whether this device may write.

@@ -26,7 +26,8 @@ extension SyncEngine {
         for task in tasks.withLock({ $0 }) { await task.value }
     }
 
-    /// Starts a round now without waiting for it.
+    /// Asks for a round without waiting for it: it starts once the interval since the last
+    /// one has passed.
     public func requestSync() {
         wake.signal()
     }
@@ -50,7 +51,7 @@ extension SyncEngine {
                 continue
             }
             await wake.wait()
-            let interval = pushed >= Self.burstSize ? burstInterval : minimumInterval
+            let interval = pushed >= burstSize ? burstInterval : minimumInterval
             let sinceLast = clock.elapsed - roundStart
             do { try await clock.sleep(for: max(debounce, interval - sinceLast)) } catch { return }
         }

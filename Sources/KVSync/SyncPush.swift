@@ -22,10 +22,9 @@ extension SyncEngine {
     }
 
     /// Returns how many changes it pushed.
-    @discardableResult
     func push() async throws -> Int {
         guard store.readOnly == nil else { return 0 }
-        let pending = store.changesToPush()
+        var pending = store.changesToPush()
         guard !pending.isEmpty else { return 0 }
         let outcome: PushOutcome
         do {
@@ -33,7 +32,8 @@ extension SyncEngine {
         } catch let error as CloudError where error.isHistoryMismatch {
             // Found before anything was pushed into the other history: take it in first.
             try await resynchronise(identity: nil, because: "the remote's history is not the one this mount saw: \(error)")
-            outcome = try await send(store.changesToPush())
+            pending = store.changesToPush()
+            outcome = try await send(pending)
         }
         guard !outcome.refused.isEmpty else { return pending.count }
         // Roll each refused change back to what the remote holds (or to nothing), if it is still
