@@ -53,15 +53,36 @@ extension PushOutcome {
 /// A change the remote refused, with what it holds for the key instead.
 public struct Refusal: Sendable, Equatable, Codable {
     public var change: StampedChange
-    /// The remote's latest change for the key; nil when it never had the key.
+    /// The remote's latest change for the key; nil when it never had the key, or when its row
+    /// for the key cannot be read (`rowUnreadable`).
     public var current: StampedChange?
     /// Why, in words (the quota that would break).
     public var reason: String
+    /// The remote holds a row for the key that it cannot read (written by another program), so
+    /// it could not judge the change at all. Unlike a refusal by a rule, this says nothing of
+    /// what the key should hold: the pusher keeps its change, to push again once the row is
+    /// mended, rather than roll back to a `current` that is not the remote's value.
+    public var rowUnreadable: Bool
 
-    public init(change: StampedChange, current: StampedChange?, reason: String) {
+    public init(change: StampedChange, current: StampedChange?, reason: String, rowUnreadable: Bool = false) {
         self.change = change
         self.current = current
         self.reason = reason
+        self.rowUnreadable = rowUnreadable
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case change, current, reason, rowUnreadable
+    }
+
+    /// `rowUnreadable` may be missing: a server older than the field refused such changes as
+    /// any other.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        change = try container.decode(StampedChange.self, forKey: .change)
+        current = try container.decodeIfPresent(StampedChange.self, forKey: .current)
+        reason = try container.decode(String.self, forKey: .reason)
+        rowUnreadable = try container.decodeIfPresent(Bool.self, forKey: .rowUnreadable) ?? false
     }
 }
 

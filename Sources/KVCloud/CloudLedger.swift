@@ -42,7 +42,7 @@ package enum CloudLedger {
     /// `storesNUL`: whether the storage can hold a key with a NUL character in it (PostgreSQL's
     /// text cannot); when not, such a change is refused, so that it cannot hold up the others.
     /// `unreadable`: keys whose stored row cannot be read (a row another program wrote), with
-    /// why; their changes are refused, so that the others go through.
+    /// why; their changes are refused (`Refusal.rowUnreadable`), so that the others go through.
     package static func decide(_ admission: Admission, current: [String: StampedChange], state: CloudStoreState,
                                storesNUL: Bool = true, unreadable: [String: String] = [:]) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
@@ -62,7 +62,8 @@ package enum CloudLedger {
             }
             let current = latest[change.key]
             if let reason = unreadable[change.key] {
-                decision.outcome.refused.append(Refusal(change: change, current: nil, reason: "the remote's row for this key cannot be read: \(reason)"))
+                decision.outcome.refused.append(Refusal(change: change, current: nil, reason: "the remote's row for this key cannot be read: \(reason)",
+                                                        rowUnreadable: true))
                 continue
             }
             do {

@@ -10,6 +10,10 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         case initialSync = "initial-sync"
         /// A local write the remote refused (a quota) was rolled back to the remote's value.
         case quotaViolation = "quota-violation"
+        /// The remote could not judge a local write: its row for the key cannot be read
+        /// (written by another program; `message` says why). The write stays, pending, and is
+        /// pushed again every round until the row is mended; said once per write.
+        case pushDeferred = "push-deferred"
         /// No longer sent (an account change used to replace every local value): see
         /// `remoteReset`. Kept so that older event logs still read.
         case accountChange = "account-change"
@@ -35,7 +39,8 @@ public struct SyncEvent: Codable, Sendable, Equatable {
     public var time: Date
     public var reason: Reason
     public var keys: [String]
-    /// For a quota violation: what the remote said; for a refused remote change: why.
+    /// For a quota violation or a deferred push: what the remote said; for a refused remote
+    /// change: why.
     public var message: String?
     /// The event's place in the mount's event log: one more than the event before it, across
     /// restarts and the log's rotation. Nil in lines written before events were numbered, and

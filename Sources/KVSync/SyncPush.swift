@@ -2,7 +2,8 @@ import KVCloud
 import KVStore
 
 /// A round's push: what is pending goes to the remote with the mount's history mark; what the
-/// remote refuses is rolled back to what it holds.
+/// remote refuses is rolled back to what it holds, unless it could not read its own row for the
+/// key: then the change stays pending.
 extension SyncEngine {
     /// Pushes `pending` with the mount's history mark, and records what became of it.
     func send(_ pending: [StampedChange]) async throws -> PushOutcome {
@@ -15,7 +16,10 @@ extension SyncEngine {
         if outcome.mark != nil, let known, known.after(outcome) != known { next = known.after(outcome) }
         // The marks and the position in one local transaction, taken only once the remote has
         // answered: a push that fails leaves every change pending and the position as it was.
-        try store.recordPush(accepted: outcome.accepted, notStored: outcome.notStored, refused: outcome.refused.map(\.change),
+        // A change the remote could not judge was not answered for: an unsent loss among them
+        // stays unsent.
+        try store.recordPush(accepted: outcome.accepted, notStored: outcome.notStored,
+                             refused: outcome.refused.filter { !$0.rowUnreadable }.map(\.change),
                              setting: try next.map { (Self.cursorSetting, try $0.setting) })
         if let next { knownPosition.update { $0 = next } }
         return outcome
@@ -35,15 +39,39 @@ extension SyncEngine {
             pending = store.changesToPush()
             outcome = try await send(pending)
         }
-        guard !outcome.refused.isEmpty else { return pending.count }
+        reportDeferred(outcome.refused.filter(\.rowUnreadable))
+        let refused = outcome.refused.filter { !$0.rowUnreadable }
+        guard !refused.isEmpty else { return pending.count }
         // Roll each refused change back to what the remote holds (or to nothing), if it is still
         // its key's latest: an unsent loss the remote refused to keep (a quota) was replaced
         // already, and must not take a later local write with it.
-        let rollbacks = outcome.refused.filter { store.allChanges(forKey: $0.change.key)?.stamp == $0.change.stamp }
+        let rollbacks = refused.filter { store.allChanges(forKey: $0.change.key)?.stamp == $0.change.stamp }
             .map { $0.current ?? .tombstone($0.change.key, stamp: $0.change.stamp) }
         _ = try await apply(rollbacks, mode: .rollback)
-        let message = outcome.refused.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
-        onEvent(SyncEvent(reason: .quotaViolation, keys: outcome.refused.map(\.change.key).sorted(), message: message))
+        onEvent(SyncEvent(reason: .quotaViolation, keys: refused.map(\.change.key).sorted(), message: Self.reasons(refused)))
         return pending.count
     }
+
+    /// Reports the changes the remote could not judge (its row for the key cannot be read)
+    /// that the last push did not already report: each is pushed again every round until the
+    /// row is mended, and said once, not once a round.
+    private func reportDeferred(_ deferred: [Refusal]) {
+        let new = deferredReported.withLock { reported -> [Refusal] in
+            let now = Set(deferred.map { DeferredChange(key: $0.change.key, stamp: $0.change.stamp) })
+            defer { reported = now }
+            return deferred.filter { !reported.contains(DeferredChange(key: $0.change.key, stamp: $0.change.stamp)) }
+        }
+        guard !new.isEmpty else { return }
+        onEvent(SyncEvent(reason: .pushDeferred, keys: new.map(\.change.key).sorted(), message: Self.reasons(new)))
+    }
+
+    private static func reasons(_ refusals: [Refusal]) -> String {
+        refusals.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
+    }
+}
+
+/// A local change, by key and stamp, that the remote could not judge.
+struct DeferredChange: Hashable {
+    let key: String
+    let stamp: ChangeStamp
 }

@@ -61,6 +61,8 @@ final class MountSync: MountSynchronizer {
             switch event.reason {
             case .refusedRemoteChange:
                 logger.warning("a change from the remote was refused: \(event.message ?? "")")
+            case .pushDeferred:
+                logger.warning("the remote could not judge local writes, kept pending: \(event.message ?? "")")
             case .applyFailed:
                 logger.error("remote changes to \(event.keys) could not be applied, retrying: \(event.message ?? "")")
             default:

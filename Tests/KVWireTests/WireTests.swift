@@ -269,6 +269,18 @@ struct WireTests {
         #expect(try JSONDecoder().decode(StampedChange.self, from: Data(older.utf8)).lost == [kept(5, "a")])
     }
 
+    @Test("a refusal says rowUnreadable when the remote could not read its row for the key; a server older than the field is read as false")
+    func rowUnreadableOnTheWire() throws {
+        let deferred = PushResponse(refused: [Refusal(change: change(), current: nil, reason: "the remote's row for this key cannot be read",
+                                                      rowUnreadable: true)])
+        let sent = try JSONEncoder().encode(deferred)
+        #expect(String(decoding: sent, as: UTF8.self).contains(#""rowUnreadable":true"#))
+        #expect(try JSONDecoder().decode(PushResponse.self, from: sent) == deferred)
+        let older = #"{"accepted":[],"refused":[{"change":{"key":"k","stamp":{"time":1,"counter":0,"device":"d"}},"reason":"quota"}]}"#
+        let read = try JSONDecoder().decode(PushResponse.self, from: Data(older.utf8))
+        #expect(read.refused.map(\.rowUnreadable) == [false])
+    }
+
     // MARK: - Bearer tokens
 
     @Test("the Bearer scheme in any case, then one or more spaces, then a token68", arguments: [

@@ -255,6 +255,14 @@ struct SameStampTests {
 
 @Suite("Rows written by anyone", .timeLimit(.minutes(1)))
 struct UnreadableRowTests {
+    /// A store in `dir` synced by an engine with the file remote `cloud`, its events recorded.
+    private func mount(in dir: TemporaryDirectory, on cloud: SQLiteCloudStorage) throws -> (KeyValueStore, SyncEngine, EventRecorder) {
+        let store = try makeStore(in: dir)
+        let events = EventRecorder()
+        let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }, store: "default")
+        return (store, SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }, events)
+    }
+
     @Test("file-remote rows of the wrong type or not UTF-8 are reported and passed over: no crash, the rest applied")
     func badlyTypedRows() async throws {
         try await withTemporaryDirectory { dir in
@@ -278,16 +286,46 @@ struct UnreadableRowTests {
                 try db.execute(sql: "INSERT INTO cloudChange (store, key, value, type, time, counter, device, cursor) VALUES ('default', 'after', ?, 'string', 1000, 0, 'other', 14)", arguments: [value])
                 try db.execute(sql: "UPDATE cloudStore SET cursor = 14 WHERE id = 'default'")
             }
-            let store = try makeStore(in: dir)
-            let events = EventRecorder()
-            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }, store: "default")
-            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            let (store, engine, events) = try mount(in: dir, on: cloud)
             try await engine.synchronize()
             #expect(store.keys() == ["after", "good"])
             let refused = try #require(events.events.first { $0.reason == .refusedRemoteChange })
             #expect(refused.message?.components(separatedBy: "cannot be read").count == 5, "\(refused.message ?? "")")
             try await engine.synchronize()
             #expect(events.events.filter { $0.reason == .refusedRemoteChange }.count == 1, "the cursor went past them")
+        }
+    }
+
+    @Test("a local write to a key whose file-remote row cannot be read stays, pending and reported once, and goes through once the row is mended")
+    func writeOverAnUnreadableRow() async throws {
+        try await withTemporaryDirectory { dir in
+            let path = dir.path + "/cloud.sqlite"
+            let cloud = try SQLiteCloudStorage(path: path)
+            _ = try await cloud.push([change("k", "theirs", time: 1000, device: "other")], to: "default")
+            let (store, engine, events) = try mount(in: dir, on: cloud)
+            try await engine.synchronize()
+            // Another program breaks the row: its device id is no longer UTF-8.
+            let queue = try DatabaseQueue(path: path)
+            try await queue.write { db in try db.execute(sql: "UPDATE cloudChange SET device = X'FF00' WHERE key = 'k'") }
+
+            try store.put(.string("mine"), forKey: "k")
+            try await engine.synchronize()
+            let mine = try PropertyListCodec.encodeXML(.string("mine"))
+            #expect(store.entry(forKey: "k")?.xml == mine, "the write stays")
+            #expect(store.syncState(forKey: "k") == .pending)
+            let deferred = events.events.filter { $0.reason == .pushDeferred }
+            #expect(deferred.map(\.keys) == [["k"]])
+            #expect(deferred.first?.message?.contains("the remote's row for this key cannot be read") == true, "\(deferred)")
+            #expect(!events.events.contains { $0.reason == .quotaViolation })
+            try await engine.synchronize()
+            #expect(store.entry(forKey: "k")?.xml == mine)
+            #expect(events.events.filter { $0.reason == .pushDeferred }.count == 1, "said once, not once a round")
+
+            try await queue.write { db in try db.execute(sql: "UPDATE cloudChange SET device = 'other' WHERE key = 'k'") }
+            try await engine.synchronize()
+            #expect(store.syncState(forKey: "k") == .synced)
+            let held = try #require(try cloud.changes(in: "default", after: 0, limit: 10).changes.first { $0.key == "k" })
+            #expect(held.stamp.device == store.deviceID && held.value == Data(mine), "the remote holds the write")
         }
     }
 }
