@@ -56,7 +56,10 @@ package enum CloudLedger {
             case .success(let admitted):
                 change = admitted
             case .failure(var refused):
-                refused.refusal.current = latest[KeyName.canonical(refused.refusal.change.key)]
+                let key = KeyName.canonical(refused.refusal.change.key)
+                refused.refusal.current = latest[key]
+                // Whatever rule it broke, nothing here says what the key holds.
+                refused.refusal.rowUnreadable = unreadable[key] != nil
                 decision.outcome.refused.append(refused.refusal)
                 continue
             }

@@ -17,7 +17,7 @@ public final class ServerMetrics: Sendable {
     public init() {
         pushes = registry.makeCounter(name: "kvsfs_pushes_total", help: "Push requests served.")
         accepted = registry.makeCounter(name: "kvsfs_changes_accepted_total", help: "Pushed changes accepted.")
-        refused = registry.makeCounter(name: "kvsfs_changes_refused_total", help: "Pushed changes refused for a quota.")
+        refused = registry.makeCounter(name: "kvsfs_changes_refused_total", help: "Pushed changes refused: for a quota or a rule, or because the server cannot read its row for the key.")
         watchers = registry.makeGauge(name: "kvsfs_watchers", help: "Long polls waiting for a change.")
         changeDelay = registry.makeDurationHistogram(
             name: "kvsfs_change_delay_seconds",

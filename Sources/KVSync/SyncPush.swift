@@ -39,7 +39,7 @@ extension SyncEngine {
             pending = store.changesToPush()
             outcome = try await send(pending)
         }
-        reportDeferred(outcome.refused.filter(\.rowUnreadable))
+        reportDeferred(outcome.refused.filter(\.rowUnreadable), of: pending)
         let refused = outcome.refused.filter { !$0.rowUnreadable }
         guard !refused.isEmpty else { return pending.count }
         // Roll each refused change back to what the remote holds (or to nothing), if it is still
@@ -52,22 +52,31 @@ extension SyncEngine {
         return pending.count
     }
 
-    /// Reports the changes the remote could not judge (its row for the key cannot be read)
-    /// that the last push did not already report: each is pushed again every round until the
-    /// row is mended, and said once, not once a round.
-    private func reportDeferred(_ deferred: [Refusal]) {
-        let new = deferredReported.withLock { reported -> [Refusal] in
-            let now = Set(deferred.map { DeferredChange(key: $0.change.key, stamp: $0.change.stamp) })
-            defer { reported = now }
-            return deferred.filter { !reported.contains(DeferredChange(key: $0.change.key, stamp: $0.change.stamp)) }
+    /// Reports the changes of `pushed` the remote could not judge (its row for the key cannot
+    /// be read) that the last push did not already report: each is pushed again every round
+    /// until the row is mended, and said once, not once a round (once more after a restart).
+    /// A refusal naming a change that was not pushed is no answer, and is not passed on.
+    private func reportDeferred(_ deferred: [Refusal], of pushed: [StampedChange]) {
+        let sent = Set(pushed.map { DeferredChange(key: $0.key, stamp: $0.stamp) })
+        let named = deferred.map { (refusal: $0, change: DeferredChange(key: $0.change.key, stamp: $0.change.stamp)) }
+            .filter { sent.contains($0.change) }
+        let new = deferredReported.withLock { reported in
+            let new = named.filter { !reported.contains($0.change) }.map(\.refusal)
+            reported = Set(named.map(\.change))
+            return new
         }
         guard !new.isEmpty else { return }
         onEvent(SyncEvent(reason: .pushDeferred, keys: new.map(\.change.key).sorted(), message: Self.reasons(new)))
     }
 
+    /// What the remote said of each refused change, each key quoted (a key may hold any
+    /// character) and each reason cut to `reasonLength` characters: the message goes into the
+    /// event log and the daemon's log, whatever a remote answers.
     private static func reasons(_ refusals: [Refusal]) -> String {
-        refusals.map { "\($0.change.key): \($0.reason)" }.joined(separator: "; ")
+        refusals.map { "\($0.change.key.debugDescription): \(String($0.reason.prefix(reasonLength)))" }.joined(separator: "; ")
     }
+
+    static let reasonLength = 1000
 }
 
 /// A local change, by key and stamp, that the remote could not judge.

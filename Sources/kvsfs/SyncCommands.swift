@@ -73,7 +73,7 @@ struct Events: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the mount's external changes as they happen, one JSON line each.",
         discussion: """
-            Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|push-deferred|remote-reset|refused-remote-change|apply-failed","time":"..."} \
+            Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|push-deferred|remote-reset|refused-remote-change|apply-failed|conflict","time":"..."} \
             (all but server-change and initial-sync also carry "message"). With --since, a reader resumes after the \
             cursor of the last line it took; when the log no longer holds what came right after it, the first line \
             is {"keys":[],"message":"...","reason":"resync","time":"..."}. Runs until interrupted.

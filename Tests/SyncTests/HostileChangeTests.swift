@@ -263,6 +263,17 @@ struct UnreadableRowTests {
         return (store, SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }, events)
     }
 
+    /// A file remote in `dir` whose row of `k` ("theirs", from another device) another program
+    /// broke: its device id is no longer UTF-8. The queue writes to the file behind its back.
+    private func cloudWithUnreadableRow(in dir: TemporaryDirectory) async throws -> (SQLiteCloudStorage, DatabaseQueue) {
+        let path = dir.path + "/cloud.sqlite"
+        let cloud = try SQLiteCloudStorage(path: path)
+        _ = try await cloud.push([change("k", "theirs", time: 1000, device: "other")], to: "default")
+        let queue = try DatabaseQueue(path: path)
+        try await queue.write { db in try db.execute(sql: "UPDATE cloudChange SET device = X'FF00' WHERE key = 'k'") }
+        return (cloud, queue)
+    }
+
     @Test("file-remote rows of the wrong type or not UTF-8 are reported and passed over: no crash, the rest applied")
     func badlyTypedRows() async throws {
         try await withTemporaryDirectory { dir in
@@ -296,17 +307,41 @@ struct UnreadableRowTests {
         }
     }
 
+    @Test("a remote's word that it could not judge a change counts only for a change pushed, and its reason goes into the event cut short")
+    func inventedDeferrals() async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            let events = EventRecorder()
+            let remote = DeferringRemote(memoryRemote(MemoryCloudStorage()), deferring: "k")
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            try store.put(.string("mine"), forKey: "k")
+            try await engine.synchronize()
+            let deferred = try #require(events.events.first { $0.reason == .pushDeferred })
+            #expect(deferred.keys == ["k"], "nothing of the change that was never pushed")
+            #expect((deferred.message?.count ?? 0) < 1100, "the 100,000-character reason is cut")
+            #expect(store.syncState(forKey: "k") == .pending && store.entry(forKey: "k") != nil)
+        }
+    }
+
+    @Test("a change to a key whose file-remote row cannot be read is refused as not judged, even when it breaks a rule as well")
+    func ruleBrokenOverAnUnreadableRow() async throws {
+        try await withTemporaryDirectory { dir in
+            let (cloud, _) = try await cloudWithUnreadableRow(in: dir)
+            let notAPropertyList = StampedChange(key: "k", value: Data("not a property list".utf8), type: .string,
+                                                 stamp: ChangeStamp(time: 2000, counter: 0, device: "me"))
+            let outcome = try await cloud.push([notAPropertyList, change("other", "fine", time: 2000, device: "me")], to: "default")
+            #expect(outcome.accepted.map(\.key) == ["other"])
+            #expect(outcome.refused.map(\.rowUnreadable) == [true], "\(outcome.refused)")
+            #expect(outcome.refused.first?.current == nil)
+        }
+    }
+
     @Test("a local write to a key whose file-remote row cannot be read stays, pending and reported once, and goes through once the row is mended")
     func writeOverAnUnreadableRow() async throws {
         try await withTemporaryDirectory { dir in
-            let path = dir.path + "/cloud.sqlite"
-            let cloud = try SQLiteCloudStorage(path: path)
-            _ = try await cloud.push([change("k", "theirs", time: 1000, device: "other")], to: "default")
+            let (cloud, queue) = try await cloudWithUnreadableRow(in: dir)
             let (store, engine, events) = try mount(in: dir, on: cloud)
             try await engine.synchronize()
-            // Another program breaks the row: its device id is no longer UTF-8.
-            let queue = try DatabaseQueue(path: path)
-            try await queue.write { db in try db.execute(sql: "UPDATE cloudChange SET device = X'FF00' WHERE key = 'k'") }
 
             try store.put(.string("mine"), forKey: "k")
             try await engine.synchronize()
@@ -380,5 +415,33 @@ struct PushCostTests {
         #expect(outcome.accepted == [write], "the successor of the key's stamp is taken")
         #expect(outcome.refused.map(\.change.key) == ["j"], "a stamp as far ahead for another key is not")
         #expect(try storage.changes(in: "default", after: 0, limit: 10).changes == [write])
+    }
+}
+
+/// A remote that answers every push of `key` as not judged (its row unreadable), with a reason
+/// of 100,000 characters, and adds to each answer such a refusal of a change never pushed.
+private struct DeferringRemote: Remote {
+    let base: any Remote
+    let key: String
+    init(_ base: any Remote, deferring key: String) {
+        self.base = base
+        self.key = key
+    }
+
+    var description: String { base.description }
+    func identity() async throws -> String { try await base.identity() }
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch { try await base.fetch(after: cursor, mark: mark) }
+    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
+        try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+    }
+
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+        var outcome = try await base.push(changes.filter { $0.key != key }, mark: mark)
+        let reason = String(repeating: "x", count: 100_000)
+        let ghost = change("ghost", "never pushed", time: 1000)
+        outcome.refused += (changes.filter { $0.key == key } + [ghost]).map {
+            Refusal(change: $0, current: nil, reason: reason, rowUnreadable: true)
+        }
+        return outcome
     }
 }
