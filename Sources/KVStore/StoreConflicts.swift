@@ -206,10 +206,16 @@ extension KeyValueStore {
     }
 }
 
-/// An unsent loss by its key and stamp: what a push answer names it by.
-struct LossName: Hashable {
-    let key: String
-    let stamp: ChangeStamp
+/// A change by its key and stamp: what a push answer names it by (an unsent loss the remote
+/// answered for, a change it could not judge).
+package struct ChangeName: Hashable {
+    package let key: String
+    package let stamp: ChangeStamp
+
+    package init(_ change: StampedChange) {
+        key = change.key
+        stamp = change.stamp
+    }
 }
 
 extension KeyValueStore {

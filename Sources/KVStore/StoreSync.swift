@@ -119,8 +119,8 @@ extension KeyValueStore {
             }.map(\.key)
             // An unsent loss the remote answered for (accepted: kept as a conflict or passed over;
             // refused: the remote said why) has been pushed.
-            let answered = Set((accepted + refused).map { LossName(key: $0.key, stamp: $0.stamp) })
-            let pushedLosses = state.unsentLosses.filter { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
+            let answered = Set((accepted + refused).map(ChangeName.init))
+            let pushedLosses = state.unsentLosses.filter { answered.contains(ChangeName($0)) }
             guard !synced.isEmpty || !forgotten.isEmpty || !pushedLosses.isEmpty || setting != nil else { return }  // take no transaction for nothing
             try write(&state) { db in
                 try Self.deleteUnsentLosses(pushedLosses, db)
@@ -135,7 +135,7 @@ extension KeyValueStore {
                 }
                 if let setting { try Self.saveSetting(setting.name, setting.value, db) }
             }
-            state.unsentLosses.removeAll { answered.contains(LossName(key: $0.key, stamp: $0.stamp)) }
+            state.unsentLosses.removeAll { answered.contains(ChangeName($0)) }
             for key in synced { state.setSyncState(.synced, of: key) }
             for key in forgotten { state.setChange(key, nil) }
             if let setting { state.settings[setting.name] = .some(setting.value) }

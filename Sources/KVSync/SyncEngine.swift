@@ -56,7 +56,7 @@ public final class SyncEngine: Sendable {
     /// Gaps in the contact with the remote, and the audits that covered them (`auditIfDue`).
     let auditCount = Mutex(AuditCount())
     /// The changes the last push could not get judged, already reported (`reportDeferred`).
-    let deferredReported = Mutex<Set<DeferredChange>>([])
+    let deferredReported = Mutex<Set<ChangeName>>([])
 
     /// `debounce` is how long a local change waits for others to join it before the push;
     /// `clock` times every wait (debounce, backoff, retry-after, the periodic round, the

@@ -57,12 +57,13 @@ extension SyncEngine {
     /// until the row is mended, and said once, not once a round (once more after a restart).
     /// A refusal naming a change that was not pushed is no answer, and is not passed on.
     private func reportDeferred(_ deferred: [Refusal], of pushed: [StampedChange]) {
-        let sent = Set(pushed.map { DeferredChange(key: $0.key, stamp: $0.stamp) })
-        let named = deferred.map { (refusal: $0, change: DeferredChange(key: $0.change.key, stamp: $0.change.stamp)) }
-            .filter { sent.contains($0.change) }
+        // Most pushes have none: no work then but forgetting the last push's.
+        guard !deferred.isEmpty else { return deferredReported.withLock { $0.removeAll() } }
+        let sent = Set(pushed.map(ChangeName.init))
+        let named = deferred.filter { sent.contains(ChangeName($0.change)) }
         let new = deferredReported.withLock { reported in
-            let new = named.filter { !reported.contains($0.change) }.map(\.refusal)
-            reported = Set(named.map(\.change))
+            let new = named.filter { !reported.contains(ChangeName($0.change)) }
+            reported = Set(named.map { ChangeName($0.change) })
             return new
         }
         guard !new.isEmpty else { return }
@@ -79,8 +80,3 @@ extension SyncEngine {
     static let reasonLength = 1000
 }
 
-/// A local change, by key and stamp, that the remote could not judge.
-struct DeferredChange: Hashable {
-    let key: String
-    let stamp: ChangeStamp
-}
