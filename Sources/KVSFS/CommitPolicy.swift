@@ -46,7 +46,6 @@ extension KeyValueFileSystem {
         case .removed:
             return
         }
-        node.pageCacheTrusted = false
         node.rendered = nil
     }
 
@@ -61,7 +60,6 @@ extension KeyValueFileSystem {
         case .key, .editorFile, .removed:
             break
         }
-        node.pageCacheTrusted = false
         node.rendered = nil
     }
 

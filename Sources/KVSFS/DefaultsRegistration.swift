@@ -36,7 +36,6 @@ extension KeyValueFileSystem {
                 guard registered != old else { continue }
                 ns.setKind(node, .registeredDefault(key, registered))
                 node.modifiedAt = now
-                node.pageCacheTrusted = false
                 node.rendered = nil
             }
             if Swift.Set(before.values.keys) != Swift.Set(defaults.values.keys) { ns.directoryModifiedAt = now }

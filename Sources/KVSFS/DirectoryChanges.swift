@@ -102,7 +102,6 @@ extension KeyValueFileSystem {
             ns.names[name] = nil
             source.name = newName
             ns.names[newName] = source
-            source.pageCacheTrusted = false
             source.rendered = nil
             ns.directoryModifiedAt = Date()
         }

@@ -61,7 +61,6 @@ extension KeyValueFileSystem {
                 continue
             }
             if !node.isKey { ns.setKind(node, .key(key)) }  // a placeholder or a default
-            node.pageCacheTrusted = false
             node.rendered = nil
             node.modifiedAt = now
             notices.append(.content(node.inode))

@@ -26,8 +26,6 @@ final class Node {
     var lookups: UInt64 = 0
     var openHandles = 0
     var openWriters = 0
-    /// Whether the kernel's page cache holds this node's current content.
-    var pageCacheTrusted = false
     /// The value rendered in a non-XML format, for the XML it was rendered from.
     var rendered: (xml: [UInt8], bytes: [UInt8])?
 
@@ -88,8 +86,8 @@ final class OpenFile {
     /// The remote change this handle was opened to write, by whoever applies remote changes:
     /// committed as that change, past the local quotas.
     let remoteWrite: RemoteWrite?
-    /// For a reader that opened while a writer had the file open: the committed value as it
-    /// was then, which every read of this handle serves whole (past the page cache).
+    /// For a reader: the committed value as it was at its open, or at its last read from
+    /// offset 0, which every read of this handle serves whole (past the page cache).
     var snapshot: [UInt8]?
 
     init(node: Node, writable: Bool, remoteWrite: RemoteWrite? = nil) {

@@ -54,6 +54,9 @@ extension KeyValueFileSystem {
     public func read(inode: InodeNumber, handle: FileHandle, offset: Int, size: Int) throws -> [UInt8] {
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
+            // A reader starting over reads what is committed now; one going on reads the rest
+            // of the value it started, so a value read in several requests is one value.
+            if !file.writable, offset == 0 { file.snapshot = content(of: file.node) }
             let content = file.buffer ?? file.snapshot ?? content(of: file.node)
             guard offset < content.count else { return [] }
             return Array(content[offset..<min(content.count, offset + size)])
@@ -125,27 +128,21 @@ extension KeyValueFileSystem {
     func open(_ node: Node, flags: OpenFlags, remoteWrite: RemoteWrite?, in ns: inout Namespace) -> OpenReply {
         let file = OpenFile(node: node, writable: flags.isWritable, remoteWrite: remoteWrite)
         node.openHandles += 1
-        var keepCache = false
         if file.writable {
             node.openWriters += 1
-            node.pageCacheTrusted = false
             if flags.truncates {
                 file.buffer = []
                 file.dirty = true
             }
-        } else if node.openWriters > 0 {
-            // The kernel's size and pages may come from a writer now (its O_TRUNC open set the
-            // size to 0, its writes grow it): this reader reads the value committed when it
-            // opened, whole, straight from here.
-            file.snapshot = content(of: node)
         } else {
-            keepCache = node.pageCacheTrusted
-            node.pageCacheTrusted = true
+            file.snapshot = content(of: node)
         }
-        // Writes bypass the page cache: a refused value never lingers there, and the kernel
-        // skips its security.capability lookup before each buffered write.
-        return OpenReply(handle: ns.addHandle(file), keepCache: keepCache, directIO: file.writable || file.snapshot != nil,
-                         noFlush: !file.writable)
+        // Nothing goes through the page cache. Writes: a refused value never lingers there,
+        // and the kernel skips its security.capability lookup before each buffered write.
+        // Reads: the kernel cuts a cached read at the file's size as it knows it, and a writer
+        // moves that size (its O_TRUNC open sets it to 0, its writes grow it) before anything
+        // is committed, whenever it opens; a reader already open would read a cut value.
+        return OpenReply(handle: ns.addHandle(file), keepCache: false, directIO: true, noFlush: !file.writable)
     }
 
     /// Refuses, before anything is committed, a file that grows past what its value may be.

@@ -53,6 +53,68 @@ struct SmallValueReadTests {
         }
     }
 
+    @Test("a reader open before writers truncate the key, none of whom commits, reads the committed value whole at every read")
+    func readerOpenAcrossTruncatingWriters() throws {
+        try withMountedStore { m in
+            let path = m.path("k")
+            let committed = try PropertyListCodec.encodeXML(.string(String(repeating: "c", count: 3000)))
+            #expect(writeFile(path, committed) == nil)
+            let reader = open(path, O_RDONLY)
+            #expect(reader >= 0)
+            defer { close(reader) }
+            // Each writer truncates the file and writes, a byte at a time, what is no property
+            // list: every close is refused, so the committed value never changes.
+            let stop = Atomic<Bool>(false)
+            let tally = Mutex((writers: 0, accepted: 0))
+            let writing = Thread {
+                while !stop.load(ordering: .relaxed) {
+                    let writer = open(path, O_WRONLY | O_TRUNC)
+                    guard writer >= 0 else { continue }
+                    var byte = UInt8(ascii: "<")
+                    for _ in 0..<1000 { _ = Glibc.write(writer, &byte, 1) }
+                    let closed = close(writer)
+                    tally.withLock { $0.writers += 1; if closed == 0 { $0.accepted += 1 } }
+                }
+            }
+            writing.start()
+            var reads = 0
+            var bad: [Int] = []
+            let deadline = Date().addingTimeInterval(3)
+            var buffer = [UInt8](repeating: 0, count: 8192)
+            while Date() < deadline {
+                let count = pread(reader, &buffer, buffer.count, 0)
+                reads += 1
+                if count != committed.count || !buffer.starts(with: committed) { bad.append(count) }
+            }
+            stop.store(true, ordering: .relaxed)
+            while tally.withLock({ $0.writers }) == 0 { usleep(1000) }
+            usleep(200_000)  // the writer's last close
+            let result = tally.withLock { $0 }
+            #expect(result.writers > 0 && result.accepted == 0, "\(result)")
+            #expect(bad.count == 0, "\(bad.count) of \(reads) reads were not the committed value; their lengths: \(bad.prefix(20))")
+            #expect(Array(try readFile(path).utf8) == committed)
+        }
+    }
+
+    @Test("a key maps privately with its committed bytes; a shared mapping is refused with ENODEV")
+    func mappedValue() throws {
+        try withMountedStore { m in
+            let path = m.path("k")
+            let committed = try PropertyListCodec.encodeXML(.string("mapped"))
+            #expect(writeFile(path, committed) == nil)
+            let reader = open(path, O_RDONLY)
+            #expect(reader >= 0)
+            defer { close(reader) }
+            let shared = mmap(nil, committed.count, PROT_READ, MAP_SHARED, reader, 0)
+            #expect(shared == MAP_FAILED && errno == ENODEV)
+            let mapped = mmap(nil, committed.count, PROT_READ, MAP_PRIVATE, reader, 0)
+            #expect(mapped != MAP_FAILED)
+            guard let mapped, mapped != MAP_FAILED else { return }
+            defer { munmap(mapped, committed.count) }
+            #expect(Array(UnsafeRawBufferPointer(start: mapped, count: committed.count)) == committed)
+        }
+    }
+
     @Test("8 writers rewriting a small value (100 B to 4 KB) and 8 readers for 5 s: no read is empty or torn")
     func noTornSmallReads() throws {
         try withMountedStore { m in
@@ -86,13 +148,7 @@ struct SmallValueReadTests {
             let result = tally.withLock { $0 }
             #expect(result.reads > 100 && result.writes > 100, "\(result)")
             #expect(result.failedWrites == 0, "\(result)")
-            // Known defect: a reader that opened before a writer's O_TRUNC open reads through the
-            // page cache, whose size the kernel has just set to 0 (then grown by the writer's
-            // writes), and so can get a value cut short. Readers that open while a writer is open
-            // get a snapshot; those already open do not yet.
-            withKnownIssue("a reader opened before a writer's O_TRUNC open can read a cut value", isIntermittent: true) {
-                #expect(result.bad == 0, "\(result)")
-            }
+            #expect(result.bad == 0, "\(result)")
         }
     }
 }
