@@ -10,7 +10,7 @@ import Testing
 @Suite("Sync through a faulty network", .serialized)
 struct ProxyFaultTests {
     @Test("stalls, cuts mid-push and mid-event-stream, restarts and a restore from a backup lose no acknowledged write",
-          .timeLimit(.minutes(1)), arguments: ServerBackend.allCases)
+          .hangGuard, arguments: ServerBackend.allCases)
     func faultyNetwork(backend: ServerBackend) async throws {
         let seed = ProcessInfo.processInfo.environment["KVSFS_PROXY_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...999_999)
         print("proxy faults on \(backend): seed \(seed)")
@@ -62,7 +62,7 @@ struct ProxyFaultTests {
     }
 
     @Test("the proxy relays, stalls, cuts a request or a response where told, cuts what is open, and refuses, as curl sees it",
-          .timeLimit(.minutes(1)))
+          .hangGuard)
     func proxyControls() throws {
         try withTestServer(label: "kvsfs-proxy") { fixture in
             let proxy = try FaultProxy(targetPort: fixture.server.port)

@@ -11,7 +11,7 @@ import Testing
 /// One behaviour, four change logs: in memory and in a SQLite file (`EmbeddedChangeLog`), in
 /// PostgreSQL (a server's storage, on $KVSFS_TEST_POSTGRES), and over HTTP from a real
 /// `kvsfs serve` (`HTTPChangeLog`). Whatever a mount or a server relies on of a log is here.
-@Suite("The change log protocol", .timeLimit(.minutes(3)))
+@Suite("The change log protocol", .hangGuard)
 struct ChangeLogConformanceTests {
     enum Kind: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case memory, sqlite, postgres, http

@@ -7,7 +7,7 @@ import Testing
 
 /// The conflict rule (`ConflictRule`) as every change log applies it: in memory, in a SQLite
 /// file, in PostgreSQL and over HTTP.
-@Suite("Kept conflicts in every change log", .timeLimit(.minutes(3)))
+@Suite("Kept conflicts in every change log", .hangGuard)
 struct ConflictConformanceTests {
     typealias Kind = ChangeLogConformanceTests.Kind
 

@@ -7,7 +7,7 @@ import Logging
 import Testing
 
 /// Pushes arriving together at a PostgreSQL storage share one transaction.
-@Suite("Group commit on PostgreSQL", .timeLimit(.minutes(2)))
+@Suite("Group commit on PostgreSQL", .hangGuard)
 struct PostgresGroupCommitTests {
     @Test("200 pushes at once to 8 stores take far fewer transactions, and every store holds every change")
     func pushesShareTransactions() async throws {

@@ -2,13 +2,14 @@ import Foundation
 @testable import KVServer
 import KVCloud
 import KVStore
+import KVTestSupport
 import Synchronization
 import Testing
 
 /// Event streams at the same place share their reads of the storage (`StoreReads`) and their
 /// looks again at their tokens (`TokenRechecks`): what a thousand watchers of one store cost
 /// the server is one read per change, not a thousand.
-@Suite("Reads shared by event streams", .timeLimit(.minutes(1)))
+@Suite("Reads shared by event streams", .hangGuard)
 struct StoreReadsTests {
     /// A read of the storage that counts itself and waits for `release` before it answers.
     final class Reads: Sendable {

@@ -7,7 +7,7 @@ import Testing
 /// What the store keeps for conflicts: what each pending change replaced, across a restart;
 /// a pending change a newer remote one replaced, still to push; the conflicts the remote
 /// gives; a conflict settled.
-@Suite("The store's side of conflicts", .timeLimit(.minutes(1)))
+@Suite("The store's side of conflicts", .hangGuard)
 struct StoreConflictTests {
     func remote(_ key: String, _ text: String?, time: Int64, device: String = "other") -> StampedChange {
         StampedChange(key: key, value: text.map { Data(try! PropertyListCodec.encodeXML(.string($0))) }, type: text == nil ? nil : .string,

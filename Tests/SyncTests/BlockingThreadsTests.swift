@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import KVCloud
+import KVTestSupport
 import Testing
 
 /// The threads the SQLite storage blocks instead of Swift's cooperative ones.
@@ -20,7 +21,7 @@ struct BlockingThreadsTests {
     }
 
     @Test("more calls blocked at once than the cooperative pool has threads leave it free to unblock them",
-          .timeLimit(.minutes(1)))
+          .hangGuard)
     func blockedCallsLeaveThePoolFree() async {
         let blocked = ProcessInfo.processInfo.activeProcessorCount + 2
         let threads = BlockingThreads(count: blocked, name: "kvsfs-test")

@@ -15,7 +15,7 @@ import Testing
 /// lost among them, each device's newest; every kept change was concurrent with the change it
 /// lost to, so no sequential write is ever one; and once all have synchronised, every replica
 /// shows the remote's values and conflicts.
-@Suite("Kept conflicts over random schedules", .timeLimit(.minutes(2)), .shrinking(false))
+@Suite("Kept conflicts over random schedules", .hangGuard, .shrinking(false))
 struct ConflictPropertyTests {
     private static let tallies = Mutex((conflicts: 0, settled: 0, sequential: 0, severalLost: 0))
 

@@ -12,7 +12,7 @@ import Testing
 /// is partitioned at random. Whatever the schedule: once the faults stop and everyone has synchronised, every
 /// replica holds what the remote holds, and that is, for each key, the write with the greatest
 /// stamp ever acknowledged: no acknowledged write is lost except to a later one.
-@Suite("Sync under random fault schedules", .timeLimit(.minutes(3)), .shrinking(false))
+@Suite("Sync under random fault schedules", .hangGuard, .shrinking(false))
 struct FaultScheduleTests {
     private static let tallies = Mutex(FaultyRemote.Tally())
 

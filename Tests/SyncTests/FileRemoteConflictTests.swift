@@ -9,7 +9,7 @@ import Testing
 
 /// Conflicts in the file remote's rows as other programs may leave them: an older kvsfs that
 /// writes a new change without the conflict columns, and columns broken by anyone.
-@Suite("Conflicts in the file remote's rows", .timeLimit(.minutes(1)))
+@Suite("Conflicts in the file remote's rows", .hangGuard)
 struct FileRemoteConflictTests {
     func change(_ key: String, _ text: String, time: Int64, device: String, replaces: Replaced?) -> StampedChange {
         StampedChange(key: key, value: Data(try! PropertyListCodec.encodeXML(.string(text))), type: .string,
@@ -205,7 +205,7 @@ private final class LosingBetweenPages: Remote {
     func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool { false }
 }
 
-@Suite("Conflicts taken in with a whole history", .timeLimit(.minutes(1)))
+@Suite("Conflicts taken in with a whole history", .hangGuard)
 struct WholeHistoryConflictTests {
     @Test("a key given again with its conflict while the history is read in pages ends with the conflict")
     func givenAgainBetweenPages() async throws {

@@ -9,7 +9,7 @@ import Testing
 
 /// Changes from elsewhere that break the change rule (stamps, keys, values): a replica refuses
 /// them with a reason, keeps the rest, and its clock is never pinned or overflowed by them.
-@Suite("Hostile changes", .timeLimit(.minutes(1)))
+@Suite("Hostile changes", .hangGuard)
 struct HostileChangeTests {
     /// 2026-11-22T00:00:00Z: the fixed clock the remotes below measure skew against.
     static let now: Int64 = 1_795_305_600_000
@@ -216,7 +216,7 @@ final class FailingApplier: ExternalChangeApplying {
     }
 }
 
-@Suite("Apply failures", .timeLimit(.minutes(1)))
+@Suite("Apply failures", .hangGuard)
 struct ApplyFailureTests {
     @Test("a remote change that fails to apply is reported and applied on a later round, never skipped")
     func failedApplyIsRetried() async throws {
@@ -237,7 +237,7 @@ struct ApplyFailureTests {
     }
 }
 
-@Suite("Same stamps", .timeLimit(.minutes(1)))
+@Suite("Same stamps", .hangGuard)
 struct SameStampTests {
     @Test("another value under a stamp the remote already holds is refused, not reported accepted")
     func sameStampOtherValue() throws {
@@ -253,7 +253,7 @@ struct SameStampTests {
     }
 }
 
-@Suite("Rows written by anyone", .timeLimit(.minutes(1)))
+@Suite("Rows written by anyone", .hangGuard)
 struct UnreadableRowTests {
     /// A store in `dir` synced by an engine with the file remote `cloud`, its events recorded.
     private func mount(in dir: TemporaryDirectory, on cloud: SQLiteCloudStorage) throws -> (KeyValueStore, SyncEngine, EventRecorder) {
@@ -365,7 +365,7 @@ struct UnreadableRowTests {
     }
 }
 
-@Suite("What a push may cost", .timeLimit(.minutes(1)))
+@Suite("What a push may cost", .hangGuard)
 struct PushCostTests {
     /// A binary property list: a 230-byte string, an array of 500 references to it, and an
     /// array of 500 references to that: 1.5 KB that decodes to about 60 MB.

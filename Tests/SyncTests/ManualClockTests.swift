@@ -2,7 +2,7 @@ import KVTestSupport
 import Testing
 
 /// The time limit only ends a test that hangs (see `SyncTimingTests`).
-@Suite("The manual clock", .timeLimit(.minutes(3)))
+@Suite("The manual clock", .hangGuard)
 struct ManualClockTests {
     @Test("a sleeper wakes when an advance reaches its deadline, and not before")
     func wakesAtDeadline() async throws {

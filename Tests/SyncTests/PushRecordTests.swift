@@ -8,7 +8,7 @@ import Testing
 /// What a push leaves in the store, against the file remote (a real SQLite file): the changes
 /// it sent marked synced and the position it moved, together; a push that fails leaves every
 /// change pending and the position where it was.
-@Suite("A push's record", .timeLimit(.minutes(1)))
+@Suite("A push's record", .hangGuard)
 struct PushRecordTests {
     private func storedPending(_ store: KeyValueStore) throws -> [String] {
         try store.changes().filter { $0.syncState == .pending }.map(\.key).sorted()

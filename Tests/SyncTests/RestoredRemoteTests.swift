@@ -7,7 +7,7 @@ import Testing
 
 /// A remote restored from a backup, then written to by other mounts before this one looks:
 /// its cursor alone no longer shows that its history is not the one the mount saw.
-@Suite("A remote restored from a backup", .timeLimit(.minutes(1)))
+@Suite("A remote restored from a backup", .hangGuard)
 struct RestoredRemoteTests {
     typealias Device = SyncEngineTests.Device
 

@@ -8,7 +8,7 @@ import Testing
 
 /// The sync engine against an in-memory remote, applying straight to the store (the mount
 /// tests apply through a real mount).
-@Suite("The sync engine", .timeLimit(.minutes(1)))
+@Suite("The sync engine", .hangGuard)
 struct SyncEngineTests {
     /// A store in its own directory with an engine on `remote`, started.
     final class Device: Sendable {
@@ -169,7 +169,7 @@ struct SyncEngineTests {
 /// A file remote's waits, woken by its bell alone. Each test may take longer than the sync
 /// engine's minute under a full run's load: what they show is that a wait ends long before its
 /// two-minute deadline.
-@Suite("File remote waits", .timeLimit(.minutes(3)))
+@Suite("File remote waits", .hangGuard)
 struct FileRemoteWaitTests {
     /// Runs `body` with a file remote at `path` that looks at its cursor again only after five
     /// minutes (only the bell can end a wait in time), and the cursor it starts from. The waits
@@ -279,7 +279,7 @@ final class PrefetchingRemote: Remote {
     func discardPrefetched() { discarded.withLock { $0 = true } }
 }
 
-@Suite("What synchronize() promises", .timeLimit(.minutes(1)))
+@Suite("What synchronize() promises", .hangGuard)
 struct SynchronizePromiseTests {
     @Test("synchronize() returns only once every change the remote had when called is in the store, not a prefetched part")
     func noPrefetchedShortcut() async throws {

@@ -14,7 +14,7 @@ import Testing
 ///
 /// The time limit only ends a test that hangs: beside the blocking tests of a full run, the
 /// concurrency pool (one thread per core) can leave these tasks waiting for a minute.
-@Suite("The sync engine's timing", .timeLimit(.minutes(3)))
+@Suite("The sync engine's timing", .hangGuard)
 struct SyncTimingTests {
     @Test("after each failure in a row the wait grows from 50 ms, doubling, to at most 30 s, drawn from the generator given")
     func backoffGrowsAndIsCapped() async throws {
