@@ -82,11 +82,16 @@ extension SyncEngine {
         /// Where the fetch leaves the mount.
         var position = SyncPosition.start
 
-        /// Whether the remote lacks `change`: it holds no row of the key (for a value), or an
-        /// older change of it. In one history a key's row only moves forward, and the greater
-        /// stamp wins: a change the remote accepted is never lacking.
+        /// Whether the remote lacks `change`: it holds no row of the key, or an older change of
+        /// it. In one history a key's row only moves forward, and the greater stamp wins: a
+        /// change the remote accepted is never lacking.
+        ///
+        /// A removal too: a remote holds the tombstone of every removal it accepted (one that
+        /// did not store it said so, and the mount forgot it), so no row is a removal lost. Were
+        /// it taken for the key being absent, a mount that still holds the value would push it
+        /// back, and the removal this mount acknowledged would be undone on every mount.
         func lacks(_ change: StampedChange) -> Bool {
-            guard let stamp = held[change.key] else { return !change.isTombstone }
+            guard let stamp = held[change.key] else { return true }
             return stamp < change.stamp
         }
     }

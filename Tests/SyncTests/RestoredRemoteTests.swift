@@ -276,6 +276,34 @@ struct RestoredRemoteTests {
         }
     }
 
+    /// A removal the restore lost: the restored remote holds no row of the key. Were that taken
+    /// for the removal being there, the other mount, which still holds the value and pushes
+    /// back what the remote lost, would bring the key back to life on every mount.
+    @Test("a deletion the restore lost is pushed back, and stays a deletion when another mount pushes the value back")
+    func lostDeletionPushedBack() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, backup, a, remote) = try await backedUp(in: dir)
+            let b = try Device("b", in: dir, remote: remote)
+            try b.store.put(.string("doomed"), forKey: "k")
+            try await b.engine.synchronize()
+            try await a.engine.synchronize()
+            #expect(a.text("k") == "doomed")
+            await b.engine.stopAndWait()  // b never fetches the deletion before the restore
+            try a.store.removeValue(forKey: "k")
+            try await a.engine.synchronize()
+            await a.engine.stopAndWait()
+
+            storage.restore(backup.snapshot())  // the remote lacks k: b's value and a's deletion
+            try await a.engine.synchronize()  // finds the restore out first
+            try await b.engine.synchronize()  // finds it out too, and pushes back k's value
+            try await a.engine.synchronize()
+            try await b.engine.synchronize()
+            #expect(a.store.entry(forKey: "k") == nil, "the deletion a acknowledged holds on a")
+            #expect(b.store.entry(forKey: "k") == nil, "and reaches b, which holds \(String(describing: b.store.allChanges(forKey: "k")))")
+            #expect(try storage.changes(in: "default", after: 0, limit: 100).changes.first { $0.key == "k" }?.isTombstone == true)
+        }
+    }
+
     /// `replaceWithRemote` removes a key the remote lacks by writing a tombstone under the stamp
     /// of the local value it removes: two different changes under one stamp. When another
     /// mount pushes that value back (as the manual says it may), this mount takes it for a
