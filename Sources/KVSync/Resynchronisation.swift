@@ -26,8 +26,8 @@ extension SyncEngine {
     /// Brings a remote whose history is not the one this mount saw (another identity, or a
     /// history that ends before the mount's cursor: emptied, replaced, restored from a backup)
     /// and the store together without losing anything: every local change the remote lacks
-    /// (it has none, or an older one, for the key) becomes pending and is pushed again by this
-    /// round, and the remote's changes are taken in by the merge rule. No local value is removed
+    /// (it has none, or an older one, for the key; a removal, once the remote accepted it)
+    /// becomes pending and is pushed again by this round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     ///
     /// `history`, when given, is the remote's whole history fetched already. Fetching it itself,
@@ -39,7 +39,10 @@ extension SyncEngine {
         if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
         let fetched = if let history { history } else { try await fetchWholeHistory() }
         let (remoteChanges, position) = (fetched.changes, fetched.position)
-        let lost = store.allChanges().filter(fetched.lacks)
+        // A removal counts once the remote accepted it: the tombstone a refused write was
+        // rolled back to was never the remote's, and pushing it would store a row for a key the
+        // remote never held (or be refused again).
+        let lost = store.allChanges().filter { fetched.lacks($0) && (!$0.isTombstone || store.syncState(forKey: $0.key) == .synced) }
         try store.markPending(lost.map(\.key))
         let changed = try await apply(Array(remoteChanges.values), mode: .merge)
         let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
@@ -72,14 +75,18 @@ extension SyncEngine {
             let (remoteChanges, position) = (history.changes, history.position)
             let local = store.allChanges()
             let removals = local.filter { remoteChanges[$0.key] == nil && !$0.isTombstone }.map { StampedChange.tombstone($0.key, stamp: $0.stamp) }
+            // A deletion of a key the remote has no row of (lost, or never pushed) goes too: kept,
+            // the next audit would take it for lost and push it again.
+            let strayRemovals = local.filter { $0.isTombstone && history.held[$0.key] == nil }
             let held = Dictionary(uniqueKeysWithValues: local.map { ($0.key, $0) })
             let replacements = remoteChanges.values.filter { held[$0.key] != $0 }
             let changed = try await apply(replacements + removals, mode: .replace)
-            let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
             // The store then holds nothing for a removed key, as the remote: its tombstone bears
             // the stamp of the value it removed, and would pass that value over should it come
-            // back (pushed again by a mount that still has it).
-            try store.forget(removals)
+            // back (pushed again by a mount that still has it). Forgotten before anything else
+            // can fail, so that no later audit finds such a tombstone and pushes it.
+            try store.forget(removals + strayRemovals)
+            let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
             try store.discardUnsentLosses()
             try store.setSetting(Self.remoteSetting, to: try await remote.identity())
             try record(position)

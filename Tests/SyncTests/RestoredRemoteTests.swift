@@ -304,6 +304,58 @@ struct RestoredRemoteTests {
         }
     }
 
+    /// A write the remote refused was rolled back to a tombstone the remote never accepted: a
+    /// resynchronisation has nothing of it to push back.
+    @Test("a resynchronisation pushes back no deletion the remote never accepted, such as a refused write's rollback")
+    func refusedRollbackStaysLocal() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, remote) = restorable()
+            try storage.setLimits(QuotaLimits(totalBytes: 1000), of: "default")
+            let a = try Device("a", in: dir, remote: remote)
+            try a.store.put(.string("before"), forKey: "early")
+            try await a.engine.synchronize()
+            let backup = storage.snapshot()
+            try a.store.put(.string(String(repeating: "b", count: 1200)), forKey: "big")
+            try await a.engine.synchronize()
+            #expect(a.store.syncState(forKey: "big") == .refused)
+            try a.store.put(.string("late"), forKey: "late")
+            try await a.engine.synchronize()
+            await a.engine.stopAndWait()
+
+            storage.restore(backup.snapshot())
+            try await a.engine.synchronize()  // the history ends before a's cursor: a resynchronises
+            #expect(a.events.events.contains { $0.reason == .remoteReset }, "\(a.events.events)")
+            let held = try storage.changes(in: "default", after: 0, limit: 100).changes.map(\.key)
+            #expect(held.sorted() == ["early", "late"], "only what the remote had accepted is pushed back: \(held)")
+            #expect(a.events.events.filter { $0.reason == .quotaViolation }.count == 1)
+        }
+    }
+
+    /// A replacement makes the store hold what the remote holds: a deletion the remote has no
+    /// row of is forgotten, or the next audit would take it for lost and push it.
+    @Test("after a replacement, a deletion the remote lacks is forgotten: the next audit finds nothing lost")
+    func replacementForgetsLostDeletions() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, backup, a, _, line) = try await backedUpBehindLine(in: dir)
+            try a.store.put(.string("gone"), forKey: "k")
+            try await a.engine.synchronize()
+            try a.store.removeValue(forKey: "k")
+            try await a.engine.synchronize()
+            await a.engine.stopAndWait()
+
+            storage.restore(backup.snapshot())
+            try await a.engine.replaceWithRemote()
+            #expect(a.store.allChanges(forKey: "k") == nil, "the store holds what the remote holds: nothing of k")
+            let resets = a.events.events.filter { $0.reason == .remoteReset }.count
+            line.setOnline(false)
+            await #expect(throws: (any Error).self) { try await a.engine.synchronize() }
+            line.setOnline(true)
+            try await a.engine.synchronize()  // audits after the gap
+            #expect(a.events.events.filter { $0.reason == .remoteReset }.count == resets, "\(a.events.events)")
+            #expect(try storage.changes(in: "default", after: 0, limit: 100).changes.allSatisfy { $0.key != "k" })
+        }
+    }
+
     /// `replaceWithRemote` removes a key the remote lacks by writing a tombstone under the stamp
     /// of the local value it removes: two different changes under one stamp. When another
     /// mount pushes that value back (as the manual says it may), this mount takes it for a
