@@ -26,8 +26,8 @@ extension SyncEngine {
     /// Brings a remote whose history is not the one this mount saw (another identity, or a
     /// history that ends before the mount's cursor: emptied, replaced, restored from a backup)
     /// and the store together without losing anything: every local change the remote lacks
-    /// (it has none, or an older one, for the key; a removal, once the remote accepted it)
-    /// becomes pending and is pushed again by this round, and the remote's changes are taken in by the merge rule. No local value is removed
+    /// (it has none, or an older one, for the key; see `neverAccepted`) becomes pending and is
+    /// pushed again by this round, and the remote's changes are taken in by the merge rule. No local value is removed
     /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
     ///
     /// `history`, when given, is the remote's whole history fetched already. Fetching it itself,
@@ -39,10 +39,7 @@ extension SyncEngine {
         if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
         let fetched = if let history { history } else { try await fetchWholeHistory() }
         let (remoteChanges, position) = (fetched.changes, fetched.position)
-        // A removal counts once the remote accepted it: the tombstone a refused write was
-        // rolled back to was never the remote's, and pushing it would store a row for a key the
-        // remote never held (or be refused again).
-        let lost = store.allChanges().filter { fetched.lacks($0) && (!$0.isTombstone || store.syncState(forKey: $0.key) == .synced) }
+        let lost = store.allChanges().filter { fetched.lacks($0) && !neverAccepted($0, by: fetched) }
         try store.markPending(lost.map(\.key))
         let changed = try await apply(Array(remoteChanges.values), mode: .merge)
         let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
@@ -55,6 +52,14 @@ extension SyncEngine {
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
                      keys: Set(lost.map(\.key) + changed).sorted())
         if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+    }
+
+    /// Whether `change` is a removal of a key the remote has no row of, and never accepted: the
+    /// tombstone a refused write of a key the remote never held was rolled back to. Pushing it
+    /// would store a row for a key the remote never held, or be refused again. (A refused write
+    /// rolled back to the remote's own removal is that removal, and is pushed back like any.)
+    private func neverAccepted(_ change: StampedChange, by history: WholeHistory) -> Bool {
+        change.isTombstone && history.held[change.key] == nil && store.syncState(forKey: change.key) != .synced
     }
 
     /// Resynchronises once the round's push is done (from its fetch or its audit), and pushes

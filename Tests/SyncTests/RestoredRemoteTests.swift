@@ -331,6 +331,32 @@ struct RestoredRemoteTests {
         }
     }
 
+    /// A refused write is rolled back to the remote's own change, here its removal: that removal
+    /// is the remote's, and a restore that brings back an older value lost it.
+    @Test("a removal a refused write was rolled back to is pushed back when a restore brings back an older value")
+    func rolledBackToRemovalPushedBack() async throws {
+        try await withTemporaryDirectory { dir in
+            let (storage, remote) = restorable()
+            try storage.setLimits(QuotaLimits(totalBytes: 1000), of: "default")
+            let a = try Device("a", in: dir, remote: remote)
+            try a.store.put(.string("old"), forKey: "k")
+            try await a.engine.synchronize()
+            let backup = storage.snapshot()
+            try a.store.removeValue(forKey: "k")
+            try await a.engine.synchronize()
+            try a.store.put(.string(String(repeating: "b", count: 1200)), forKey: "k")
+            try await a.engine.synchronize()
+            #expect(a.store.syncState(forKey: "k") == .refused && a.store.entry(forKey: "k") == nil, "rolled back to the removal")
+            await a.engine.stopAndWait()
+
+            storage.restore(backup.snapshot())  // k holds "old" again
+            try await a.engine.synchronize()
+            #expect(a.store.entry(forKey: "k") == nil)
+            #expect(try storage.changes(in: "default", after: 0, limit: 100).changes.first { $0.key == "k" }?.isTombstone == true,
+                    "the remote holds the removal again, not the older value")
+        }
+    }
+
     /// A replacement makes the store hold what the remote holds: a deletion the remote has no
     /// row of is forgotten, or the next audit would take it for lost and push it.
     @Test("after a replacement, a deletion the remote lacks is forgotten: the next audit finds nothing lost")
