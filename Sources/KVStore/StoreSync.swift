@@ -99,9 +99,10 @@ extension KeyValueStore {
         try recordPush(accepted: changes)
     }
 
-    /// Forgets tombstones the remote accepted without storing (a server before 0.1 stored none
-    /// for a key it did not hold), unless the key changed again since: the store then holds no
-    /// row for the key, as the remote.
+    /// Forgets tombstones of keys the remote holds no row of (one it accepted without storing:
+    /// a server before 0.1 stored none for a key it did not hold; or one a replacement by the
+    /// remote's values drops), unless the key changed again since: the store then holds no row
+    /// for the key, as the remote.
     public func forget(_ tombstones: [StampedChange]) throws(StoreError) {
         try recordPush(notStored: tombstones)
     }

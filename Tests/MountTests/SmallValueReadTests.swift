@@ -6,8 +6,8 @@ import KVTestSupport
 import Synchronization
 import Testing
 
-/// Small values, which the kernel caches in one page, read back whole: exactly their
-/// committed bytes, whatever the writer wrote, and never torn by writers racing readers.
+/// Small values read back whole: exactly their committed bytes, whatever the writer wrote,
+/// and never torn by writers racing readers.
 @Suite("Small values read whole", .serialized)
 struct SmallValueReadTests {
     @Test("a value that shrinks when committed (padded XML) reads back as exactly its canonical bytes")
@@ -39,7 +39,7 @@ struct SmallValueReadTests {
                 let count = pread(reader, &buffer, buffer.count, 0)
                 return count < 0 ? [] : Array(buffer[0..<count])
             }
-            #expect(read() == old, "the value, now in the page cache")
+            #expect(read() == old, "the committed value")
 
             let writer = open(path, O_WRONLY | O_TRUNC)
             #expect(writer >= 0)
@@ -65,11 +65,16 @@ struct SmallValueReadTests {
             // Each writer truncates the file and writes, a byte at a time, what is no property
             // list: every close is refused, so the committed value never changes.
             let stop = Atomic<Bool>(false)
-            let tally = Mutex((writers: 0, accepted: 0))
+            let tally = Mutex((writers: 0, accepted: 0, failedOpens: 0))
+            let finished = DispatchSemaphore(value: 0)
             let writing = Thread {
+                defer { finished.signal() }
                 while !stop.load(ordering: .relaxed) {
                     let writer = open(path, O_WRONLY | O_TRUNC)
-                    guard writer >= 0 else { continue }
+                    guard writer >= 0 else {
+                        tally.withLock { $0.failedOpens += 1 }
+                        continue
+                    }
                     var byte = UInt8(ascii: "<")
                     for _ in 0..<1000 { _ = Glibc.write(writer, &byte, 1) }
                     let closed = close(writer)
@@ -87,10 +92,9 @@ struct SmallValueReadTests {
                 if count != committed.count || !buffer.starts(with: committed) { bad.append(count) }
             }
             stop.store(true, ordering: .relaxed)
-            while tally.withLock({ $0.writers }) == 0 { usleep(1000) }
-            usleep(200_000)  // the writer's last close
+            #expect(finished.wait(timeout: .now() + 30) == .success, "the writers end")
             let result = tally.withLock { $0 }
-            #expect(result.writers > 0 && result.accepted == 0, "\(result)")
+            #expect(result.writers > 0 && result.accepted == 0 && result.failedOpens == 0, "\(result)")
             #expect(bad.count == 0, "\(bad.count) of \(reads) reads were not the committed value; their lengths: \(bad.prefix(20))")
             #expect(Array(try readFile(path).utf8) == committed)
         }

@@ -1,7 +1,7 @@
 import KVTestSupport
 import Testing
 
-/// The time limit only ends a test that hangs (see `SyncTimingTests`).
+/// The manual clock's sleepers, woken by its advances alone.
 @Suite("The manual clock", .hangGuard)
 struct ManualClockTests {
     @Test("a sleeper wakes when an advance reaches its deadline, and not before")

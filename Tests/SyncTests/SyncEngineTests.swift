@@ -166,9 +166,7 @@ struct SyncEngineTests {
     }
 }
 
-/// A file remote's waits, woken by its bell alone. Each test may take longer than the sync
-/// engine's minute under a full run's load: what they show is that a wait ends long before its
-/// two-minute deadline.
+/// A file remote's waits, woken by its bell alone: each ends long before its deadline.
 @Suite("File remote waits", .hangGuard)
 struct FileRemoteWaitTests {
     /// Runs `body` with a file remote at `path` that looks at its cursor again only after five

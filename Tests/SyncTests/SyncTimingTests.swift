@@ -11,9 +11,6 @@ import Testing
 /// are the engine's ticker and its loop (a debounce, a backoff or a retry-after): the remote's
 /// waits for changes are timed by a clock of their own that nobody advances, so they end only
 /// when the remote has changes as they start.
-///
-/// The time limit only ends a test that hangs: beside the blocking tests of a full run, the
-/// concurrency pool (one thread per core) can leave these tasks waiting for a minute.
 @Suite("The sync engine's timing", .hangGuard)
 struct SyncTimingTests {
     @Test("after each failure in a row the wait grows from 50 ms, doubling, to at most 30 s, drawn from the generator given")
