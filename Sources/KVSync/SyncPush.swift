@@ -8,7 +8,7 @@ extension SyncEngine {
     /// Pushes `pending` with the mount's history mark, and records what became of it.
     func send(_ pending: [StampedChange]) async throws -> PushOutcome {
         let known = try storedPosition()
-        let outcome = try await remote.push(pending, mark: known?.mark)
+        let outcome = answers(to: pending, in: try await remote.push(pending, mark: known?.mark))
         // What the push stored is known to be in the remote's history from now on; and when
         // nobody else pushed since our last fetch, it is all ours: no need to fetch it. Before
         // the first fetch there is no position yet: that fetch is the initial sync.
@@ -52,6 +52,51 @@ extension SyncEngine {
         return pending.count
     }
 
+    /// What of a remote's answer to a push of `pushed` counts. Each change it names must be one
+    /// pushed (its key and stamp); a refusal's `current`, which the change is rolled back to,
+    /// must be a change of the same key that meets the change rule (in the form the store
+    /// keeps). Anything else is no answer: reported as a refused remote change and passed over,
+    /// so that a change it names stays as it is (a pushed one pending, pushed again; another,
+    /// untouched), and nothing a remote makes up is taken into the store.
+    func answers(to pushed: [StampedChange], in outcome: PushOutcome) -> PushOutcome {
+        let sent = Set(pushed.map(ChangeName.init))
+        var counted = outcome
+        var unfounded: [(key: String, why: String)] = []
+        counted.accepted = outcome.accepted.filter { sent.contains(ChangeName($0)) }
+        counted.notStored = outcome.notStored.filter { sent.contains(ChangeName($0)) }
+        for change in (outcome.accepted + outcome.notStored) where !sent.contains(ChangeName(change)) {
+            unfounded.append((change.key, "the remote's answer names a change that was not pushed"))
+        }
+        counted.refused = outcome.refused.compactMap { refusal in
+            guard sent.contains(ChangeName(refusal.change)) else {
+                unfounded.append((refusal.change.key, "the remote's refusal names a change that was not pushed"))
+                return nil
+            }
+            guard let current = refusal.current else { return refusal }
+            let admission = ChangeAdmission.admit([current], policy: .fetched)
+            guard let admitted = admission.changes.first else {
+                let why = admission.refused.first.map(\.reason) ?? "it cannot be read"
+                unfounded.append((refusal.change.key, "what the remote says it holds breaks the change rule: \(why)"))
+                return nil
+            }
+            guard admitted.key == KeyName.canonical(refusal.change.key) else {
+                unfounded.append((refusal.change.key, "what the remote says it holds is a change of another key"))
+                return nil
+            }
+            var counted = refusal
+            counted.current = admitted
+            return counted
+        }
+        if !unfounded.isEmpty {
+            let message = unfounded.prefix(Self.namedAtMost)
+                .map { "\($0.key.debugDescription.prefix(Self.reasonLength)): \($0.why.prefix(Self.reasonLength))" }
+                .joined(separator: "; ")
+            onEvent(SyncEvent(reason: .refusedRemoteChange, keys: Array(Set(unfounded.map(\.key)).sorted().prefix(Self.namedAtMost)),
+                              message: message + (unfounded.count > Self.namedAtMost ? "; \(unfounded.count) in all" : "")))
+        }
+        return counted
+    }
+
     /// Reports the changes of `pushed` the remote could not judge (its row for the key cannot
     /// be read) that the last push did not already report: each is pushed again every round
     /// until the row is mended, and said once, not once a round (once more after a restart).
@@ -78,5 +123,7 @@ extension SyncEngine {
     }
 
     static let reasonLength = 1000
+    /// The most answers one event names in its message.
+    static let namedAtMost = 20
 }
 

@@ -323,6 +323,44 @@ struct UnreadableRowTests {
         }
     }
 
+    /// What a remote says it holds for a refused key: a change of another key, or a value that
+    /// is no property list.
+    enum MadeUpCurrent: String, CaseIterable, Sendable {
+        case otherKey, notAPropertyList
+    }
+
+    @Test("a push's answer counts only for changes pushed, and a refusal rolls back only to a change of its key that meets the rule",
+          arguments: MadeUpCurrent.allCases)
+    func madeUpAnswers(_ current: MadeUpCurrent) async throws {
+        try await withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            let cloud = MemoryCloudStorage()
+            try store.put(.string("synced"), forKey: "kept")
+            try await SyncEngine(store: store, remote: memoryRemote(cloud), applier: StoreApplier(store: store)) { _ in }.synchronize()
+            let kept = try #require(store.allChanges(forKey: "kept"))
+
+            let now = AdmissionPolicy.systemTime()
+            let said = switch current {
+            case .otherKey: change("elsewhere", "made up", time: now)
+            case .notAPropertyList: StampedChange(key: "k", value: Data("made up".utf8), type: .string,
+                                                  stamp: ChangeStamp(time: now, counter: 0, device: "liar"))
+            }
+            let events = EventRecorder()
+            let remote = LyingRemote(memoryRemote(cloud), victim: kept, refusing: "k", saying: said)
+            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            try store.put(.string("mine"), forKey: "k")
+            try await engine.synchronize()
+
+            #expect(try value(store, "kept") == "synced" && store.syncState(forKey: "kept") == .synced,
+                    "a change never pushed is neither rolled back nor forgotten")
+            #expect(try value(store, "k") == "mine" && store.syncState(forKey: "k") == .pending, "k keeps its value, to push again")
+            #expect(store.entry(forKey: "elsewhere") == nil)
+            #expect(!events.events.contains { $0.reason == .quotaViolation }, "\(events.events)")
+            let unfounded = try #require(events.events.first { $0.reason == .refusedRemoteChange })
+            #expect(unfounded.keys == ["k", "kept"], "\(unfounded)")
+        }
+    }
+
     @Test("a change to a key whose file-remote row cannot be read is refused as not judged, even when it breaks a rule as well")
     func ruleBrokenOverAnUnreadableRow() async throws {
         try await withTemporaryDirectory { dir in
@@ -418,21 +456,52 @@ struct PushCostTests {
     }
 }
 
-/// A remote that answers every push of `key` as not judged (its row unreadable), with a reason
-/// of 100,000 characters, and adds to each answer such a refusal of a change never pushed.
-private struct DeferringRemote: Remote {
-    let base: any Remote
-    let key: String
-    init(_ base: any Remote, deferring key: String) {
-        self.base = base
-        self.key = key
-    }
+/// A remote that passes every call but its pushes to `base`, and rewrites their answers.
+private protocol AnswerRewritingRemote: Remote {
+    var base: any Remote { get }
+}
 
+extension AnswerRewritingRemote {
     var description: String { base.description }
     func identity() async throws -> String { try await base.identity() }
     func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch { try await base.fetch(after: cursor, mark: mark) }
     func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
         try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+    }
+}
+
+/// A remote that makes up its answers to pushes: each push of `key` (which it does not store)
+/// is refused with `current` as what it holds, and every answer also refuses `victim`, a
+/// change it was not pushed (a remote the mount synced with knows its key and stamp).
+private struct LyingRemote: AnswerRewritingRemote {
+    let base: any Remote
+    let victim: StampedChange
+    let key: String
+    let current: StampedChange
+
+    init(_ base: any Remote, victim: StampedChange, refusing key: String, saying current: StampedChange) {
+        self.base = base
+        self.victim = victim
+        self.key = key
+        self.current = current
+    }
+
+    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+        var outcome = try await base.push(changes.filter { $0.key != key }, mark: mark)
+        outcome.refused += changes.filter { $0.key == key }.map { Refusal(change: $0, current: current, reason: "made up") }
+        outcome.refused.append(Refusal(change: victim, current: nil, reason: "made up"))
+        return outcome
+    }
+}
+
+/// A remote that answers every push of `key` as not judged (its row unreadable), with a reason
+/// of 100,000 characters, and adds to each answer such a refusal of a change never pushed.
+private struct DeferringRemote: AnswerRewritingRemote {
+    let base: any Remote
+    let key: String
+    init(_ base: any Remote, deferring key: String) {
+        self.base = base
+        self.key = key
     }
 
     func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
