@@ -53,46 +53,45 @@ extension SyncEngine {
     }
 
     /// What of a remote's answer to a push of `pushed` counts. Each change it names must be one
-    /// pushed (its key and stamp); a refusal's `current`, which the change is rolled back to,
-    /// must be a change of the same key that meets the change rule (in the form the store
-    /// keeps). Anything else is no answer: reported as a refused remote change and passed over,
-    /// so that a change it names stays as it is (a pushed one pending, pushed again; another,
-    /// untouched), and nothing a remote makes up is taken into the store.
+    /// pushed (its key and stamp): any other is no answer, reported as a refused remote change
+    /// (named in the message only: its key is the remote's word, not one of the mount's) and
+    /// passed over, so that nothing a remote makes up touches the store. A refusal's `current`,
+    /// which the change is rolled back to, must be a change of the same key that meets the
+    /// change rule, and is taken in the form the store keeps; when it is not, the remote holds
+    /// nothing for the key that the mount could take, and the refusal counts as one the remote
+    /// could not judge (`rowUnreadable`): the change stays pending and is reported once, as when
+    /// the remote cannot read its own row.
     func answers(to pushed: [StampedChange], in outcome: PushOutcome) -> PushOutcome {
         let sent = Set(pushed.map(ChangeName.init))
         var counted = outcome
-        var unfounded: [(key: String, why: String)] = []
+        var unfounded: [String] = []
         counted.accepted = outcome.accepted.filter { sent.contains(ChangeName($0)) }
         counted.notStored = outcome.notStored.filter { sent.contains(ChangeName($0)) }
-        for change in (outcome.accepted + outcome.notStored) where !sent.contains(ChangeName(change)) {
-            unfounded.append((change.key, "the remote's answer names a change that was not pushed"))
-        }
+        unfounded += (outcome.accepted + outcome.notStored).filter { !sent.contains(ChangeName($0)) }.map(\.key)
         counted.refused = outcome.refused.compactMap { refusal in
             guard sent.contains(ChangeName(refusal.change)) else {
-                unfounded.append((refusal.change.key, "the remote's refusal names a change that was not pushed"))
+                unfounded.append(refusal.change.key)
                 return nil
             }
             guard let current = refusal.current else { return refusal }
             let admission = ChangeAdmission.admit([current], policy: .fetched)
-            guard let admitted = admission.changes.first else {
-                let why = admission.refused.first.map(\.reason) ?? "it cannot be read"
-                unfounded.append((refusal.change.key, "what the remote says it holds breaks the change rule: \(why)"))
-                return nil
-            }
-            guard admitted.key == KeyName.canonical(refusal.change.key) else {
-                unfounded.append((refusal.change.key, "what the remote says it holds is a change of another key"))
-                return nil
-            }
             var counted = refusal
-            counted.current = admitted
+            if let admitted = admission.changes.first, admitted.key == KeyName.canonical(refusal.change.key) {
+                counted.current = admitted
+            } else {
+                let why = admission.refused.first.map(\.reason) ?? "it is a change of another key"
+                counted.current = nil
+                counted.rowUnreadable = true
+                counted.reason = "\(refusal.reason.prefix(Self.reasonLength)); but what the remote holds for the key is "
+                    + "no change this mount can take: \(why)"
+            }
             return counted
         }
         if !unfounded.isEmpty {
-            let message = unfounded.prefix(Self.namedAtMost)
-                .map { "\($0.key.debugDescription.prefix(Self.reasonLength)): \($0.why.prefix(Self.reasonLength))" }
-                .joined(separator: "; ")
-            onEvent(SyncEvent(reason: .refusedRemoteChange, keys: Array(Set(unfounded.map(\.key)).sorted().prefix(Self.namedAtMost)),
-                              message: message + (unfounded.count > Self.namedAtMost ? "; \(unfounded.count) in all" : "")))
+            let named = unfounded.prefix(Self.namedAtMost).map { String($0.debugDescription.prefix(Self.reasonLength)) }
+            onEvent(SyncEvent(reason: .refusedRemoteChange, keys: [],
+                              message: "the remote's answer to a push names \(unfounded.count) changes that were not pushed: "
+                                  + named.joined(separator: ", ") + (unfounded.count > Self.namedAtMost ? ", ..." : "")))
         }
         return counted
     }
