@@ -27,8 +27,9 @@ extension SyncEngine {
     /// history that ends before the mount's cursor: emptied, replaced, restored from a backup)
     /// and the store together without losing anything: every local change the remote lacks
     /// (it has none, or an older one, for the key; see `neverAccepted`) becomes pending and is
-    /// pushed again by this round, and the remote's changes are taken in by the merge rule. No local value is removed
-    /// for being absent from the remote. Reported as a `remote-reset` event and in the status.
+    /// pushed again by this round, and the remote's changes are taken in by the merge rule. No
+    /// local value is removed for being absent from the remote. Reported as a `remote-reset`
+    /// event and in the status.
     ///
     /// `history`, when given, is the remote's whole history fetched already. Fetching it itself,
     /// it covers the gaps noted before it began, as an audit would (`auditIfDue`, which covers

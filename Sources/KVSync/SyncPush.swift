@@ -39,7 +39,7 @@ extension SyncEngine {
             pending = store.changesToPush()
             outcome = try await send(pending)
         }
-        reportDeferred(outcome.refused.filter(\.rowUnreadable), of: pending)
+        reportDeferred(outcome.refused.filter(\.rowUnreadable))
         let refused = outcome.refused.filter { !$0.rowUnreadable }
         guard !refused.isEmpty else { return pending.count }
         // Roll each refused change back to what the remote holds (or to nothing), if it is still
@@ -96,18 +96,16 @@ extension SyncEngine {
         return counted
     }
 
-    /// Reports the changes of `pushed` the remote could not judge (its row for the key cannot
+    /// Reports the changes the remote could not judge (its row for the key cannot
     /// be read) that the last push did not already report: each is pushed again every round
     /// until the row is mended, and said once, not once a round (once more after a restart).
-    /// A refusal naming a change that was not pushed is no answer, and is not passed on.
-    private func reportDeferred(_ deferred: [Refusal], of pushed: [StampedChange]) {
+    /// Each names a change pushed: `answers` passed over any other.
+    private func reportDeferred(_ deferred: [Refusal]) {
         // Most pushes have none: no work then but forgetting the last push's.
         guard !deferred.isEmpty else { return deferredReported.withLock { $0.removeAll() } }
-        let sent = Set(pushed.map(ChangeName.init))
-        let named = deferred.filter { sent.contains(ChangeName($0.change)) }
         let new = deferredReported.withLock { reported in
-            let new = named.filter { !reported.contains(ChangeName($0.change)) }
-            reported = Set(named.map { ChangeName($0.change) })
+            let new = deferred.filter { !reported.contains(ChangeName($0.change)) }
+            reported = Set(deferred.map { ChangeName($0.change) })
             return new
         }
         guard !new.isEmpty else { return }

@@ -304,14 +304,20 @@ struct RestoredRemoteTests {
         }
     }
 
+    /// A storage that can be put back to a backup, whose store holds at most 1,000 bytes (a
+    /// 1,200-byte write is refused), and device `a` on it.
+    private func quotaLimited(in dir: TemporaryDirectory) throws -> (storage: RestorableStorage, a: Device) {
+        let (storage, remote) = restorable()
+        try storage.setLimits(QuotaLimits(totalBytes: 1000), of: "default")
+        return (storage, try Device("a", in: dir, remote: remote))
+    }
+
     /// A write the remote refused was rolled back to a tombstone the remote never accepted: a
     /// resynchronisation has nothing of it to push back.
     @Test("a resynchronisation pushes back no deletion the remote never accepted, such as a refused write's rollback")
     func refusedRollbackStaysLocal() async throws {
         try await withTemporaryDirectory { dir in
-            let (storage, remote) = restorable()
-            try storage.setLimits(QuotaLimits(totalBytes: 1000), of: "default")
-            let a = try Device("a", in: dir, remote: remote)
+            let (storage, a) = try quotaLimited(in: dir)
             try a.store.put(.string("before"), forKey: "early")
             try await a.engine.synchronize()
             let backup = storage.snapshot()
@@ -336,9 +342,7 @@ struct RestoredRemoteTests {
     @Test("a removal a refused write was rolled back to is pushed back when a restore brings back an older value")
     func rolledBackToRemovalPushedBack() async throws {
         try await withTemporaryDirectory { dir in
-            let (storage, remote) = restorable()
-            try storage.setLimits(QuotaLimits(totalBytes: 1000), of: "default")
-            let a = try Device("a", in: dir, remote: remote)
+            let (storage, a) = try quotaLimited(in: dir)
             try a.store.put(.string("old"), forKey: "k")
             try await a.engine.synchronize()
             let backup = storage.snapshot()
