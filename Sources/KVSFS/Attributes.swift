@@ -72,16 +72,22 @@ extension KeyValueFileSystem {
         }
     }
 
-    /// A value's canonical XML in the mount's format, rendered once per value.
+    /// A value's canonical XML in the mount's format, rendered once per value. A value that
+    /// XML 1.0 cannot carry (a string holding a control character) shows in binary on an XML
+    /// mount, as `kvsfs export` writes it: every property-list reader reads that back.
     private func rendering(_ xml: [UInt8], ofKey key: String, in node: Node) -> [UInt8] {
-        guard configuration.format != .xml else { return xml }
         if let rendered = node.rendered, rendered.xml == xml { return rendered.bytes }
+        let format: ValueFormat = configuration.format == .xml && PropertyListCodec.carriesInXML10(xml) ? .xml : .binary
+        guard format != .xml else {
+            node.rendered = (xml, xml)  // one buffer twice: the next comparison is by identity
+            return xml
+        }
         do {
-            let bytes = try PropertyListCodec.encode(try PropertyListCodec.decode(xml), as: configuration.format)
+            let bytes = try PropertyListCodec.encode(try PropertyListCodec.decode(xml), as: format)
             node.rendered = (xml, bytes)
             return bytes
         } catch {
-            logger.error("cannot render \(key) as \(configuration.format): \(error)")
+            logger.error("cannot render \(key) as \(format): \(error)")
             return xml
         }
     }
@@ -90,9 +96,9 @@ extension KeyValueFileSystem {
         var modified = node.modifiedAt
         let size: Int
         if case .key(let key) = node.kind, let entry = store.entry(forKey: key) {
-            // One look-up of the key: in the default format the file is the stored XML itself.
+            // One look-up of the key: in the default format the file is mostly the stored XML.
             modified = entry.modifiedAt
-            size = configuration.format == .xml ? entry.size : content(of: node).count
+            size = rendering(entry.xml, ofKey: key, in: node).count
         } else {
             size = content(of: node).count
         }

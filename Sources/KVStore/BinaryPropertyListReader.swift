@@ -32,8 +32,10 @@ struct BinaryPropertyListReader {
     init(_ bytes: UnsafeBufferPointer<UInt8>, budget: DecodingBudget) throws(StoreError) {
         self.bytes = bytes
         self.budget = budget
-        guard bytes.count >= 8, zip(bytes, Self.magic).allSatisfy({ $0 == $1 }) else {
-            throw Self.fail("only version bplist00 is read")
+        // `bplist0` and any one byte, as Apple's reader takes it: the last byte of the version
+        // has never changed the format.
+        guard bytes.count >= 8, zip(bytes, Self.magic.prefix(7)).allSatisfy({ $0 == $1 }) else {
+            throw Self.fail("only version bplist0 is read")
         }
         guard bytes.count >= 8 + 1 + 32 else { throw Self.fail("\(bytes.count) bytes are too few for an object and a trailer") }
         let trailer = bytes.count - 32

@@ -130,15 +130,24 @@ enum CanonicalXML {
         return integer(digits: digits)
     }
 
-    /// The length of `text` once `&`, `<` and `>` are escaped.
+    /// The length of `text` once escaped as `PropertyListCodec.encodeXML` escapes it: `&`,
+    /// `<` and `>` as entities, control characters but tab and newline, and U+FFFE and U+FFFF,
+    /// as decimal character references (`&#1;`).
     static func escapedLength(_ text: UnsafeBufferPointer<UInt8>) -> Int {
         var length = text.count
+        // The two bytes before this one, for U+FFFE and U+FFFF (EF BF BE/BF).
+        var before: (UInt8, UInt8) = (0, 0)
         for byte in text {
             switch byte {
             case UInt8(ascii: "&"): length += 4
             case UInt8(ascii: "<"), UInt8(ascii: ">"): length += 3
+            case UInt8(ascii: "\t"), UInt8(ascii: "\n"): break
+            case 0..<10: length += 3  // `&#N;`
+            case 10..<0x20: length += 4  // `&#NN;`
+            case 0xBE where before == (0xEF, 0xBF), 0xBF where before == (0xEF, 0xBF): length += 5  // 3 bytes as `&#6553N;`
             default: break
             }
+            before = (before.1, byte)
         }
         return length
     }

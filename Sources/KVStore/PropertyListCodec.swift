@@ -2,7 +2,8 @@ import Foundation
 
 /// Turns bytes into property-list values and back.
 ///
-/// Reading accepts XML, binary (`bplist00`) and OpenStep property lists, what Foundation reads,
+/// Reading accepts XML, binary (`bplist0?`) and OpenStep property lists, what Foundation reads,
+/// and JSON (RFC 8259, `JSONPropertyListReader`) where none of them reads the bytes,
 /// with readers of this module's own (`XMLPropertyListReader`, `BinaryPropertyListReader`,
 /// `OpenStepPropertyListReader`) that refuse what Foundation would crash on, expand without
 /// bound or silently change; an XML document of one plain string takes a shorter path
@@ -27,8 +28,9 @@ import Foundation
 /// - binary UIDs, sets, null and fill objects, and objects that contain themselves are
 ///   refused.
 ///
-/// The encoders keep to the same rule: both refuse a date outside it, and `encodeXML` refuses
-/// a string holding a control character other than tab and newline, which XML cannot carry.
+/// The encoders keep to the same rule: both refuse a date outside it. Strings may hold any
+/// Unicode scalar value: `encodeXML` writes the characters XML text cannot hold as character
+/// references (see `appendEscaped`).
 ///
 /// Decoding is bounded by `PropertyListDecodingLimits`: nesting depth and object count
 /// (`invalidPropertyList`) and the canonical XML size of the value (`valueTooLarge`), checked
@@ -59,29 +61,67 @@ public enum PropertyListCodec {
                 return try reader.read()
             }
             return try PropertyListText.withUTF8(buffer) { (text) throws(StoreError) -> PropertyListValue in
-                var start = 0
-                while start < text.count, XMLPropertyListReader.isSpace(text[start]) { start += 1 }
-                guard start < text.count, text[start] == UInt8(ascii: "<") else {
-                    var openStep = OpenStepPropertyListReader(text, budget: budget)
-                    return try openStep.read()
-                }
-                var xml = XMLPropertyListReader(text, budget: budget)
                 do throws(StoreError) {
-                    return try xml.read()
+                    return try decodePropertyList(text: text, budget: budget)
                 } catch {
-                    // Bytes that never looked like XML may be OpenStep data (`<0fab>`); when
-                    // they are not that either, the error that says more is the XML one,
-                    // unless the first tag holds nothing but hex digits.
-                    guard !xml.recognised, case .invalidPropertyList = error else { throw error }
-                    var openStep = OpenStepPropertyListReader(text, budget: budget)
-                    do throws(StoreError) {
-                        return try openStep.read()
-                    } catch let openStepError {
-                        var end = start + 1
-                        while end < text.count, text[end] != UInt8(ascii: ">"), isHexOrSpace(text[end]) { end += 1 }
-                        throw end == text.count || text[end] == UInt8(ascii: ">") ? openStepError : error
-                    }
+                    return try decodeJSON(text: text, budget: budget, failing: error)
                 }
+            }
+        }
+    }
+
+    /// JSON, tried when no property-list format reads the text: a value a property-list format
+    /// reads keeps that reading (a bare word stays an OpenStep string). When JSON cannot read
+    /// the text either, the error is the one that says more: JSON's for a text that can only
+    /// be JSON (`[`), both for one that could be either (`{`), else the property list's.
+    private static func decodeJSON(text: UnsafeBufferPointer<UInt8>, budget: DecodingBudget, failing error: StoreError) throws(StoreError) -> PropertyListValue {
+        guard case .invalidPropertyList(let reason) = error, let first = text.first(where: { !XMLPropertyListReader.isSpace($0) }),
+              Self.mayBeginJSON(first) else { throw error }
+        var json = JSONPropertyListReader(text, budget: budget)
+        do throws(StoreError) {
+            return try json.read()
+        } catch {
+            guard case .invalidPropertyList(let jsonReason) = error else { throw error }
+            switch first {
+            case UInt8(ascii: "["): throw error
+            case UInt8(ascii: "{"): throw .invalidPropertyList("\(reason); nor is it JSON: \(jsonReason)")
+            default: throw .invalidPropertyList(reason)
+            }
+        }
+    }
+
+    /// Whether a JSON value may begin with `byte`: `{ [ "`, a digit, `-`, or `t f n`.
+    private static func mayBeginJSON(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "{"), UInt8(ascii: "["), UInt8(ascii: "\""), UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "t"), UInt8(ascii: "f"), UInt8(ascii: "n"): true
+        default: false
+        }
+    }
+
+    /// XML or OpenStep text, told apart by its first character.
+    private static func decodePropertyList(text: UnsafeBufferPointer<UInt8>, budget: DecodingBudget) throws(StoreError) -> PropertyListValue {
+        var start = 0
+        while start < text.count, XMLPropertyListReader.isSpace(text[start]) { start += 1 }
+        guard start < text.count, text[start] == UInt8(ascii: "<") else {
+            var openStep = OpenStepPropertyListReader(text, budget: budget)
+            return try openStep.read()
+        }
+        var xml = XMLPropertyListReader(text, budget: budget)
+        do throws(StoreError) {
+            return try xml.read()
+        } catch {
+            // Bytes that never looked like XML may be OpenStep data (`<0fab>`); when
+            // they are not that either, the error that says more is the XML one,
+            // unless the first tag holds nothing but hex digits.
+            guard !xml.recognised, case .invalidPropertyList = error else { throw error }
+            var openStep = OpenStepPropertyListReader(text, budget: budget)
+            do throws(StoreError) {
+                return try openStep.read()
+            } catch let openStepError {
+                var end = start + 1
+                while end < text.count, text[end] != UInt8(ascii: ">"), isHexOrSpace(text[end]) { end += 1 }
+                throw end == text.count || text[end] == UInt8(ascii: ">") ? openStepError : error
             }
         }
     }
@@ -172,11 +212,13 @@ public enum PropertyListCodec {
         }
     }
 
-    /// Escapes XML markup; refuses characters that XML 1.0 cannot carry, so that every stored
-    /// value reads back as exactly the value that was written.
+    /// Escapes XML markup, and writes as decimal character references what XML text cannot
+    /// hold as it is: control characters but tab and newline (a carriage return would be read
+    /// back as a newline), U+FFFE and U+FFFF. `CanonicalXML.escapedLength` counts the same.
+    /// Every string is then carried, and reads back as written; `carriesInXML10` says whether
+    /// the document is also XML 1.0, which allows only `&#13;` of those references.
     private static func appendEscaped(_ text: String, to out: inout [UInt8]) throws(StoreError) {
-        // The two bytes before this one, for the noncharacters U+FFFE and U+FFFF (EF BF BE/BF),
-        // which XML 1.0 cannot carry either.
+        // The two bytes before this one, for the noncharacters U+FFFE and U+FFFF (EF BF BE/BF).
         var before: (UInt8, UInt8) = (0, 0)
         for byte in text.utf8 {
             switch byte {
@@ -184,14 +226,37 @@ public enum PropertyListCodec {
             case UInt8(ascii: "<"): out.append(contentsOf: "&lt;".utf8)
             case UInt8(ascii: ">"): out.append(contentsOf: "&gt;".utf8)
             case UInt8(ascii: "\t"), UInt8(ascii: "\n"): out.append(byte)
-            case 0..<0x20:
-                throw .invalidPropertyList("a string holds control character 0x\(String(byte, radix: 16)), which an XML property list cannot carry")
+            case 0..<0x20: out.append(contentsOf: "&#\(byte);".utf8)
             case 0xBE where before == (0xEF, 0xBF), 0xBF where before == (0xEF, 0xBF):
-                throw .invalidPropertyList("a string holds U+FFF\(byte == 0xBE ? "E" : "F"), which an XML property list cannot carry")
+                out.removeLast(2)
+                out.append(contentsOf: (byte == 0xBE ? "&#65534;" : "&#65535;").utf8)
             default: out.append(byte)
             }
             before = (before.1, byte)
         }
+    }
+
+    /// Whether canonical XML (`encodeXML`'s) is also an XML 1.0 document: it holds no
+    /// character reference but `&#13;`, which a reader such as Python's plistlib takes.
+    /// A value that is not is shown and exported in binary (see `encodeXML`'s escapes).
+    public static func carriesInXML10(_ canonicalXML: some Collection<UInt8>) -> Bool {
+        // The digits of the reference being read (`&#` seen), or nil outside one.
+        var digits: [UInt8]?
+        var previous: UInt8 = 0
+        for byte in canonicalXML {
+            if digits != nil {
+                if byte == UInt8(ascii: ";") {
+                    guard digits == Array("13".utf8) else { return false }
+                    digits = nil
+                } else {
+                    digits!.append(byte)
+                }
+            } else if previous == UInt8(ascii: "&"), byte == UInt8(ascii: "#") {
+                digits = []
+            }
+            previous = byte
+        }
+        return true
     }
 
     static func realText(_ d: Double) -> String {

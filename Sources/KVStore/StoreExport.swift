@@ -19,22 +19,15 @@ extension KeyValueStore {
                 throw .invalidPropertyList("the stored value of \(key.debugDescription) no longer decodes: \(error)")
             }
         }
-        do {
-            return try PropertyListCodec.encode(.dictionary(dictionary), as: format)
-        } catch {
-            // Keys may hold characters (NUL, other controls) that XML cannot carry; say which.
-            func xmlCarries(_ key: String) -> Bool {
-                do {
-                    _ = try PropertyListCodec.encodeXML(.string(key))
-                    return true
-                } catch {
-                    return false
-                }
-            }
-            if format == .xml, let key = dictionary.keys.sorted().first(where: { !xmlCarries($0) }) {
-                throw .invalidPropertyList("the key \(key.debugDescription) holds a character an XML property list cannot carry: export in binary")
-            }
-            throw error
+        let exported = try PropertyListCodec.encode(.dictionary(dictionary), as: format)
+        guard format == .xml, !PropertyListCodec.carriesInXML10(exported) else { return exported }
+        // A key or string holds a character (NUL, another control) that XML 1.0 cannot
+        // carry: an XML reader would refuse the whole file. Say which key.
+        func carried(_ key: String) -> Bool {
+            guard let xml = try? PropertyListCodec.encodeXML(.dictionary([key: dictionary[key]!])) else { return false }
+            return PropertyListCodec.carriesInXML10(xml)
         }
+        let key = dictionary.keys.sorted().first { !carried($0) } ?? ""
+        throw .invalidPropertyList("the key \(key.debugDescription) or its value holds a character an XML 1.0 property list cannot carry: export in binary")
     }
 }

@@ -5,11 +5,12 @@ import Foundation
 /// It takes what Foundation takes: an XML declaration, a DOCTYPE, comments and processing
 /// instructions before the root; a `<plist>` root holding one value, or a bare value element
 /// as the root; attributes, which it ignores; empty elements (`<string/>`, `<array/>`,
-/// `<dict/>`, `<true/>`); `<key>` read as a string where a value is expected; anything after
-/// the root element, which it ignores, as Foundation does. Text may hold the five entities,
-/// `&#N;` and `&#xN;` references and CDATA sections; unlike Foundation's parser, it may also
+/// `<dict/>`, `<true/>`); `<key>` read as a string where a value is expected. Text may hold
+/// the five entities, `&#N;` and `&#xN;` references (any Unicode scalar value, control
+/// characters included) and CDATA sections; unlike Foundation's parser, it may also
 /// hold comments and processing instructions (`<key><!-- c --></key>` is the empty key), and
-/// `<data/>` is empty data. Whitespace inside `<string>` and `<key>` is kept as written.
+/// `<data/>` is empty data. Whitespace inside `<string>` and `<key>` is kept as written. After
+/// the root element only whitespace, comments and processing instructions may follow.
 ///
 /// Every value is checked against the value rule (see `PropertyListCodec`) and counted in the
 /// budget before it is built.
@@ -52,7 +53,11 @@ struct XMLPropertyListReader {
         let (name, empty) = try readStartTag()
         guard let tag = Tag(name) else { throw fail("unknown element <\(text(name))>", at: tagStart) }
         recognised = true
-        guard tag == .plist else { return try readValue(tag, empty: empty, depth: 0, start: tagStart) }
+        guard tag == .plist else {
+            let value = try readValue(tag, empty: empty, depth: 0, start: tagStart)
+            try readEnd()
+            return value
+        }
         guard !empty else { throw fail("the <plist> element is empty", at: tagStart) }
         guard case .element(let first, let firstEmpty, let firstStart) = try nextMarkup(inside: .plist) else {
             throw fail("the <plist> element holds no value", at: tagStart)
@@ -62,7 +67,25 @@ struct XMLPropertyListReader {
             throw fail("the <plist> element holds a second value", at: secondStart)
         }
         try readCloseTag(.plist)
-        return value  // Whatever follows the root element is ignored, as Foundation does.
+        try readEnd()
+        return value
+    }
+
+    /// After the root element: whitespace, comments and processing instructions only. A key
+    /// holds one value, so anything else (a second value, an appended line) is refused, where
+    /// Foundation ignores it.
+    private mutating func readEnd() throws(StoreError) {
+        while true {
+            skipSpace()
+            guard at < bytes.count else { return }
+            if starts("<!--") {
+                try skipComment()
+            } else if starts("<?") {
+                try skipProcessingInstruction()
+            } else {
+                throw fail("\(describe(at)) after the property list's value: a key holds one value")
+            }
+        }
     }
 
     // MARK: - Values

@@ -5,7 +5,7 @@ import KVStore
 ///
 /// Invariant: a value the decoder returns and the canonical XML (or binary) encoder accepts
 /// decodes from that encoding to the same value. An encoder refusing a value is not a failure
-/// (XML cannot carry some control characters); a value that changes on the way is.
+/// (a date the writer cannot place); a value that changes on the way is.
 enum PropertyListFuzzing {
     static func run(_ bytes: [UInt8]) {
         guard let value = try? PropertyListCodec.decode(bytes) else { return }

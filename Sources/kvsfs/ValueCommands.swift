@@ -9,6 +9,9 @@ struct Get: ParsableCommand {
     @Argument(help: "A file in a mount (any property-list file works).")
     var path: String
 
+    @Flag(help: "Print the value as JSON, as `plutil -convert json` does (a date or data value has no JSON form).")
+    var json = false
+
     func run() throws {
         let bytes = try ValueFile.read(path)
         let value: PropertyListValue
@@ -17,7 +20,15 @@ struct Get: ParsableCommand {
         } catch {
             throw CommandFailure("\(path): \(error)")
         }
-        print(try ValueText.plain(value), terminator: "")
+        guard json else {
+            print(try ValueText.plain(value), terminator: "")
+            return
+        }
+        do {
+            try Export.writeStandardOutput(try PropertyListCodec.encodeJSON(value))
+        } catch StoreError.invalidPropertyList(let reason) {
+            throw CommandFailure("\(path): \(reason)")
+        }
     }
 }
 

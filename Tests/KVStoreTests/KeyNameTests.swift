@@ -26,13 +26,18 @@ struct KeyNameTests {
 
 @Suite("Characters XML cannot carry")
 struct XMLCharacterTests {
-    @Test("a string holding U+FFFE or U+FFFF is refused, since its canonical XML would not be well-formed")
+    @Test("a string or key holding U+FFFE or U+FFFF is kept as a character reference, and marked as not XML 1.0")
     func nonCharacters() throws {
         for text in ["a\u{FFFE}b", "\u{FFFF}", "x\u{FFFF}"] {
-            #expect(throws: StoreError.self) { try PropertyListCodec.encodeXML(.string(text)) }
-            #expect(throws: StoreError.self) { try PropertyListCodec.encodeXML(.dictionary([text: .boolean(true)])) }
+            for value in [PropertyListValue.string(text), .dictionary([text: .boolean(true)])] {
+                let xml = try PropertyListCodec.encodeXML(value)
+                #expect(try PropertyListCodec.decode(xml) == value)
+                #expect(!PropertyListCodec.carriesInXML10(xml))
+                #expect(try PropertyListCodec.decode(PropertyListCodec.encodeBinary(value)) == value)
+            }
         }
-        // Their neighbours are fine.
-        _ = try PropertyListCodec.encodeXML(.string("\u{FFFD}\u{FFEF}\u{EFBF}\u{10000}"))
+        // Their neighbours are XML 1.0 as they are.
+        let neighbours = try PropertyListCodec.encodeXML(.string("\u{FFFD}\u{FFEF}\u{EFBF}\u{10000}"))
+        #expect(PropertyListCodec.carriesInXML10(neighbours) && String(decoding: neighbours, as: UTF8.self).contains("\u{FFFD}"))
     }
 }
