@@ -22,6 +22,7 @@ extension KeyValueFileSystem {
             file.dirty = false
         } catch {
             file.commitRefusal = error
+            if file.remoteWrite == nil, let key = file.node.key { tell(refusalOf: key, error) }
             throw error
         }
     }

@@ -69,11 +69,15 @@ extension KeyValueFileSystem {
                 ns.setKind(source, .editorFile(EditorFile(content: content(of: source), hiddenKey: sourceKey)))
                 ns.hiddenKeys[sourceKey] = source
             case (.editorFile(let file), .key(let destination)):
-                let value = try decode(file.content, reusing: decoded)
-                var changes: [KeyChange] = [.put(destination, value)]
                 let hidden = file.hiddenKey.flatMap { ns.hiddenKeys[$0] === source ? $0 : nil }
-                if let hidden, hidden != destination { changes.append(.delete(hidden)) }
-                try store.apply(changes)
+                do {
+                    var changes: [KeyChange] = [.put(destination, try decode(file.content, reusing: decoded))]
+                    if let hidden, hidden != destination { changes.append(.delete(hidden)) }
+                    try store.apply(changes)
+                } catch {
+                    tell(refusalOf: destination, error)
+                    throw error
+                }
                 if let hidden { ns.hiddenKeys[hidden] = nil }
                 unhide(destination, in: &ns)
                 ns.setKind(source, .key(destination))

@@ -34,6 +34,33 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case registeredDefault(String)
 }
 
+extension FileSystemError: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .noSuchFile: "no such file"
+        case .fileExists: "the file exists"
+        case .notADirectory: "the mount is one flat directory"
+        case .directoriesNotSupported: "the mount holds no directories"
+        case .linksNotSupported: "the mount holds no links"
+        case .specialFilesNotSupported: "the mount holds only regular files"
+        case .permissionsFixed: "keys have fixed permissions"
+        case .ownershipFixed: "keys belong to the mounting user"
+        case .noSuchAttribute: "no such attribute"
+        case .attributeReadOnly: "the attribute is read-only"
+        case .attributesNotSupported: "no such attributes here"
+        case .badHandle: "the file handle is not open"
+        case .notOpenForWriting: "the file is not open for writing"
+        case .emptyValue: "an empty file is not a value"
+        case .nonCanonicalName(let name): "\(name.debugDescription) is not the name of a key"
+        case .tooManyEditorFiles(let limit): "the mount already holds \(limit) editor files"
+        case .editorFileTooLarge(let limit): "an editor file may hold at most \(limit) bytes"
+        case .exchangeNotSupported: "names cannot be exchanged"
+        case .readOnlyMount: "the mount is read-only"
+        case .registeredDefault(let key): "\(key.debugDescription) shows a registered default, not a value"
+        }
+    }
+}
+
 /// The one place that turns an error into the errno a request is answered with.
 public enum ErrnoMapping {
     public static func errno(for error: any Error, logger: Logger) -> Int32 {

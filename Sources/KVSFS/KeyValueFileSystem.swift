@@ -36,6 +36,8 @@ public final class KeyValueFileSystem: FuseFileSystem {
     let sync: (any MountSynchronizer)?
     /// Where notices to the kernel go (`attach(kernelCache:)`); nil until the session exists.
     let attachedKernelCache = Mutex<(any KernelCache)?>(nil)
+    /// Refused writes told in the log and the event log.
+    let refusals: RefusalReports
 
     public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(), sync: (any MountSynchronizer)? = nil,
                 logger: Logger = Logger(label: "kvsfs")) {
@@ -43,6 +45,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         self.configuration = configuration
         self.sync = sync
         self.logger = logger
+        self.refusals = RefusalReports(logger: logger)
         self.state = GuardedNamespace(Namespace(now: Date()))
     }
 

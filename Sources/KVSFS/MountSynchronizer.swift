@@ -43,11 +43,16 @@ public protocol MountSynchronizer: Sendable {
     /// Replaces the store's values by the remote's, blocking and throwing like `synchronize`.
     func replaceWithRemote() throws
 
-    /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...).
+    /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...):
+    /// facts only; reading one changes nothing.
     func rootAttributes() -> [String: String]
 
     /// Where sync stands now, for the mount's status (`MountStatus`).
     func standing() -> SyncStanding
+
+    /// Records in the mount's event log that a local write to `key` was refused, and why
+    /// (`refused-local-write`): the mount told the writer only an errno.
+    func record(refusedWriteOf key: String, reason: String)
 }
 
 /// Where sync stands, in the terms the mount's status shows.
@@ -88,4 +93,14 @@ public enum SyncFailure: Error, Equatable, Sendable {
     case busy(String)
     /// The sync server refused the mount's token (unknown, revoked, or not for this store).
     case authorizationRefused(String)
+}
+
+extension SyncFailure: CustomStringConvertible {
+    public var description: String {
+        switch self {
+        case .unreachable(let reason): "the remote cannot be reached: \(reason)"
+        case .busy(let reason): "the remote is busy: \(reason)"
+        case .authorizationRefused(let reason): "the server refused this token: \(reason)"
+        }
+    }
 }

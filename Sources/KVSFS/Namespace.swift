@@ -26,7 +26,8 @@ final class Node {
     var lookups: UInt64 = 0
     var openHandles = 0
     var openWriters = 0
-    /// The value rendered in a non-XML format, for the XML it was rendered from.
+    /// The value as the file shows it (the XML itself, or another format), for the XML it was
+    /// rendered from.
     var rendered: (xml: [UInt8], bytes: [UInt8])?
 
     init(inode: InodeNumber, name: String, kind: Kind, modifiedAt: Date) {
@@ -89,11 +90,38 @@ final class OpenFile {
     /// For a reader: the committed value as it was at its open, or at its last read from
     /// offset 0, which every read of this handle serves whole (past the page cache).
     var snapshot: [UInt8]?
+    /// How far what this handle wrote is known to begin a value (`checkPrefix`).
+    var prefix = WrittenPrefix.checking(ValuePrefixCheck(), checked: 0, known: 0)
 
     init(node: Node, writable: Bool, remoteWrite: RemoteWrite? = nil) {
         self.node = node
         self.writable = writable
         self.remoteWrite = remoteWrite
+    }
+}
+
+/// How much of a handle's bytes, from offset 0, is known to begin a value: what lets a write
+/// be refused at the write() that makes the value impossible, where a shell hears it.
+enum WrittenPrefix {
+    /// Bytes `0..<checked` were fed to `check`, which found that they can still begin a value;
+    /// bytes `0..<known` are not holes (the file's content when first written, then what the
+    /// handle wrote in one run from there).
+    case checking(ValuePrefixCheck, checked: Int, known: Int)
+    /// Not checked as it is written (the check cannot tell, or a write left a hole before it):
+    /// the decode at commit decides.
+    case unchecked
+
+    /// The file held `length` bytes before the handle first changed it.
+    mutating func know(_ length: Int) {
+        if case .checking(let check, let checked, let known) = self { self = .checking(check, checked: checked, known: max(known, length)) }
+    }
+
+    /// The handle's bytes were cut to `length`: bytes checked past it are gone, so the check
+    /// starts again from 0 when it had gone further.
+    mutating func cut(to length: Int) {
+        guard case .checking(let check, let checked, let known) = self else { return }
+        self = checked > length ? .checking(ValuePrefixCheck(), checked: 0, known: min(known, length))
+                                : .checking(check, checked: checked, known: min(known, length))
     }
 }
 

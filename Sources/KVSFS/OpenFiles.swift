@@ -41,7 +41,14 @@ extension KeyValueFileSystem {
             case .editorFile:
                 kind = .editorFile(EditorFile(content: [], hiddenKey: nil))
             case .key(let key):
-                if store.entry(forKey: key) == nil, sync?.remoteWrite(in: context) == nil { try store.ledger.checkNewKey(usage: store.usage) }
+                if store.entry(forKey: key) == nil, sync?.remoteWrite(in: context) == nil {
+                    do {
+                        try store.ledger.checkNewKey(usage: store.usage)
+                    } catch {
+                        tell(refusalOf: key, error)
+                        throw error
+                    }
+                }
                 kind = .placeholder(key)
             }
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
@@ -68,26 +75,59 @@ extension KeyValueFileSystem {
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
             guard file.writable else { throw FileSystemError.notOpenForWriting }
             if let refusal = file.writeRefusal { throw refusal }
+            let firstWrite = file.buffer == nil
             var buffer = file.buffer ?? content(of: file.node)
             file.buffer = nil  // keep `buffer` uniquely referenced while it grows
+            if firstWrite { file.prefix.know(buffer.count) }
             let end = offset + bytes.count
-            if end > buffer.count {
-                do {
+            do {
+                if end > buffer.count {
                     if file.remoteWrite == nil { try checkGrowth(of: file.node, to: end) }
-                } catch {
-                    file.buffer = buffer
-                    file.writeRefusal = error
-                    throw error
+                    buffer.append(contentsOf: repeatElement(0, count: end - buffer.count))
                 }
-                buffer.append(contentsOf: repeatElement(0, count: end - buffer.count))
-            }
-            buffer.withUnsafeMutableBytes { target in
-                target.baseAddress!.advanced(by: offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+                buffer.withUnsafeMutableBytes { target in
+                    target.baseAddress!.advanced(by: offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+                }
+                if file.remoteWrite == nil, file.node.key != nil { try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end) }
+            } catch {
+                file.buffer = buffer
+                file.writeRefusal = error
+                if let key = file.node.key { tell(refusalOf: key, error) }
+                throw error
             }
             file.buffer = buffer
             file.dirty = true
             file.commitRefusal = nil
             return bytes.count
+        }
+    }
+
+    /// Refuses, at the write() that makes it so, bytes that no continuation can make a value
+    /// (`ValuePrefixCheck`): a shell hears a failed write(), never a failed close(). Bytes
+    /// are checked from offset 0 as they arrive; a write back over checked bytes checks again
+    /// from 0, and one past a hole stops the checking (the commit's decode still decides).
+    /// The check covers the bytes up to the end of this write only: what lies past it (an
+    /// older, longer value being rewritten in place) may yet be cut off.
+    func checkPrefix(of file: OpenFile, in buffer: [UInt8], writtenFrom offset: Int, to end: Int) throws {
+        guard case .checking(var check, let checked, let known) = file.prefix else { return }
+        guard offset <= max(checked, known) else {
+            file.prefix = .unchecked
+            return
+        }
+        var from = checked
+        if offset < checked {
+            check = ValuePrefixCheck()
+            from = 0
+        }
+        let verdict = buffer.withUnsafeBytes { all in check.feed(UnsafeRawBufferPointer(rebasing: all[from..<end])) }
+        switch verdict {
+        case .viable:
+            file.prefix = .checking(check, checked: end, known: max(known, end))
+        case .undecidable:
+            file.prefix = .unchecked
+        case .refused(let reason):
+            file.prefix = .unchecked
+            throw StoreError.invalidPropertyList(reason)
         }
     }
 
@@ -121,8 +161,19 @@ extension KeyValueFileSystem {
             }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
+            dropRefusedPlaceholder(file, in: &ns)
             ns.dropIfUnused(file.node)
         }
+    }
+
+    /// A new file whose value was refused is gone once its last handle closes: the directory
+    /// shows what the store holds, and the store holds no such key. (A placeholder nothing was
+    /// refused to, such as `touch`'s empty file, stays.) Its name's entry is never cached by
+    /// the kernel (`entryTimeout`), so the next look-up finds it gone.
+    private func dropRefusedPlaceholder(_ file: OpenFile, in ns: inout Namespace) {
+        guard case .placeholder = file.node.kind, file.node.openHandles == 0,
+              file.writeRefusal != nil || file.commitRefusal != nil else { return }
+        remove(file.node, content: [], in: &ns)
     }
 
     func open(_ node: Node, flags: OpenFlags, remoteWrite: RemoteWrite?, in ns: inout Namespace) -> OpenReply {
@@ -134,6 +185,7 @@ extension KeyValueFileSystem {
                 file.buffer = []
                 file.dirty = true
             }
+            if remoteWrite != nil { file.prefix = .unchecked }
         } else {
             file.snapshot = content(of: node)
         }
@@ -188,7 +240,9 @@ extension KeyValueFileSystem {
         guard writers.isEmpty else {
             for file in writers {
                 if let refusal = file.writeRefusal { throw refusal }
+                if file.buffer == nil { file.prefix.know(content(of: node).count) }
                 var buffer = file.buffer ?? content(of: node)
+                file.prefix.cut(to: size)
                 if size > buffer.count {
                     try checkGrowth(of: node, to: size)
                     buffer.append(contentsOf: repeatElement(0, count: size - buffer.count))

@@ -30,6 +30,9 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         /// A change to each key lost to a concurrent change (`ConflictRule`) and is kept as the
         /// key's open conflict: `kvsfs conflicts` lists it, `kvsfs resolve` settles it.
         case conflict = "conflict"
+        /// A write through the mount was refused (`message`: the errno and the reason): its
+        /// writer was told only the errno. Rate-limited per key in the mount.
+        case refusedLocalWrite = "refused-local-write"
         /// Said to a reader only (`kvsfs events --since`), never logged: the log no longer
         /// holds the events right after the reader's cursor, so the reader must look at the
         /// whole store again rather than take the events that follow for all it missed.

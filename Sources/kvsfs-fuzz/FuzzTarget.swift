@@ -1,6 +1,6 @@
 /// The parsers kvsfs-fuzz can drive; each checks its own invariants and traps when one fails.
 enum FuzzTarget: String, CaseIterable {
-    case plist, keyname, journal, request, events
+    case plist, keyname, journal, request, events, json, prefix
 
     /// Chosen once in main.swift, before libFuzzer calls `run` for the first time.
     nonisolated(unsafe) static var selected = FuzzTarget.plist
@@ -12,6 +12,8 @@ enum FuzzTarget: String, CaseIterable {
         case .journal: JournalFuzzing.run(bytes)
         case .request: RequestFuzzing.run(bytes)
         case .events: EventLogFuzzing.run(bytes)
+        case .json: JSONFuzzing.run(bytes)
+        case .prefix: ValuePrefixFuzzing.run(bytes)
         }
     }
 }

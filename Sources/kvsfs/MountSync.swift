@@ -35,12 +35,14 @@ final class MountSync: MountSynchronizer {
     private let applier: MountApplier
     private let events: EventLog
     private let waits = RemoteWaits()
+    private let logger: Logger
     /// The store's setting that keeps the event log's last cursor.
     static let eventCursorSetting = "eventLogCursor"
 
     init(store: KeyValueStore, remote: any Remote, mountpoint: String, eventLogPath: String, logger: Logger) throws {
         self.store = store
         self.remote = remote
+        self.logger = logger
         // The last cursor is kept beside the store too: a log deleted, or cut short by a
         // crash, never makes numbering start again from less.
         let kept: String?
@@ -52,12 +54,7 @@ final class MountSync: MountSynchronizer {
         }
         applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
         engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
-            do {
-                let cursor = try events.append(event)
-                try store.setSetting(Self.eventCursorSetting, to: String(cursor))
-            } catch {
-                logger.error("an event was not logged whole (\(error)); it was \(event.reason.rawValue) for \(event.keys)")
-            }
+            Self.append(event, to: events, store: store, logger: logger)
             switch event.reason {
             case .refusedRemoteChange:
                 logger.warning("a change from the remote was refused: \(event.message ?? "")")
@@ -69,6 +66,20 @@ final class MountSync: MountSynchronizer {
                 break
             }
         }
+    }
+
+    /// Appends `event` to the event log, and keeps its cursor beside the store.
+    private static func append(_ event: SyncEvent, to events: EventLog, store: KeyValueStore, logger: Logger) {
+        do {
+            let cursor = try events.append(event)
+            try store.setSetting(Self.eventCursorSetting, to: String(cursor))
+        } catch {
+            logger.error("an event was not logged whole (\(error)); it was \(event.reason.rawValue) for \(event.keys)")
+        }
+    }
+
+    func record(refusedWriteOf key: String, reason: String) {
+        Self.append(SyncEvent(reason: .refusedLocalWrite, keys: [key], message: reason), to: events, store: store, logger: logger)
     }
 
     func start() { engine.start() }

@@ -23,6 +23,7 @@ private final class OneApplierDoor: MountSynchronizer {
         SyncStanding(remote: "file:///cloud.sqlite", reachability: .offline("connection refused"), lastSync: nil,
                      eventLog: "/events.jsonl", eventCursor: 0)
     }
+    func record(refusedWriteOf key: String, reason: String) {}
 }
 
 @Suite("The door between the mount and sync")
@@ -87,13 +88,13 @@ struct MountSynchronizerTests {
         #expect(try harness.value("new") == .string("from elsewhere"))
     }
 
-    @Test("a sync command's failure is the errno its SyncFailure maps to", arguments: [
-        (KeyValueFileSystem.synchronizeAttribute, EHOSTUNREACH),
-        (KeyValueFileSystem.replaceAttribute, EACCES),
-    ])
-    func syncFailuresMapToErrnos(attribute: String, expected: Int32) throws {
+    @Test("reading an attribute acts on nothing: no sync, no replacement; fsync of the root pushes and maps its failure to an errno")
+    func attributesAreFacts() throws {
         let harness = try Harness(sync: OneApplierDoor())
-        #expect(errnoOf(harness.fs) { _ = try harness.fs.getxattr(inode: .root, name: attribute) } == expected)
+        // The door's synchronize() and replaceWithRemote() would fail with EHOSTUNREACH and EACCES.
+        for name in ["user.kvsfs.synchronize", "user.kvsfs.replace-with-remote"] {
+            #expect(errnoOf(harness.fs) { _ = try harness.fs.getxattr(inode: .root, name: name) } == ENODATA, "\(name)")
+        }
         #expect(errnoOf(harness.fs) { try harness.fs.fsyncdir(inode: .root, handle: FileHandle(1), dataOnly: false) } == EAGAIN)
         #expect(try harness.fs.getxattr(inode: .root, name: "user.kvsfs.sync") == Array("synced".utf8))
     }

@@ -113,24 +113,29 @@ public final class DaemonMount: @unchecked Sendable {
     public let mountpoint: String
     public let dataDirectory: String
     public let process: Process
-    private let log: Pipe
+    /// Where the daemon's standard output and error go: a file beside the data directory, so
+    /// that a chatty daemon never blocks on a full pipe, and a test can read what it said.
+    public let logPath: String
 
     /// Starts `kvsfs mount` and waits until the mount answers.
     public init(mountpoint: String, dataDirectory: String, extraArguments: [String] = []) throws {
         self.mountpoint = mountpoint
         self.dataDirectory = dataDirectory
+        logPath = dataDirectory + ".\(UUID().uuidString.prefix(8)).log"
         process = Process()
         process.executableURL = URL(fileURLWithPath: kvsfsBinary)
         process.arguments = ["mount", mountpoint, "--data-dir", dataDirectory] + extraArguments
-        log = Pipe()
+        guard FileManager.default.createFile(atPath: logPath, contents: nil), let log = FileHandle(forWritingAtPath: logPath) else {
+            throw DaemonError(description: "cannot create the daemon's log \(logPath)")
+        }
         process.standardOutput = log
         process.standardError = log
         try withSignalsUnblocked { try process.run() }
+        try? log.close()
         let deadline = Date().addingTimeInterval(20)
         while !Self.isMounted(mountpoint) {
             if !process.isRunning {
-                let output = String(decoding: log.fileHandleForReading.availableData, as: UTF8.self)
-                throw DaemonError(description: "kvsfs mount exited with status \(process.terminationStatus): \(output)")
+                throw DaemonError(description: "kvsfs mount exited with status \(process.terminationStatus): \(logText())")
             }
             if Date() > deadline {
                 stop()
@@ -141,6 +146,11 @@ public final class DaemonMount: @unchecked Sendable {
     }
 
     public func path(_ name: String) -> String { (mountpoint as NSString).appendingPathComponent(name) }
+
+    /// What the daemon has written to its standard output and error so far.
+    public func logText() -> String {
+        (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+    }
 
     /// Unmounts (as `fusermount3 -u` would) and waits for the daemon to exit; returns its status.
     @discardableResult

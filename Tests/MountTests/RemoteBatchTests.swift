@@ -22,6 +22,7 @@ private final class ApplierDoor: MountSynchronizer, @unchecked Sendable {
     func standing() -> SyncStanding {
         SyncStanding(remote: "none", reachability: .connecting, lastSync: nil, eventLog: "", eventCursor: 0)
     }
+    func record(refusedWriteOf key: String, reason: String) {}
 }
 
 /// A batch of remote changes on a real mount: taken into the store as one commit, then shown
