@@ -143,11 +143,6 @@ extension KeyValueFileSystem {
 
     public func getxattr(inode: InodeNumber, name: String) throws -> [UInt8] {
         if inode == .root {
-            if name == Self.synchronizeAttribute || name == Self.replaceAttribute {
-                guard let sync else { throw FileSystemError.noSuchAttribute }
-                try name == Self.synchronizeAttribute ? sync.synchronize() : sync.replaceWithRemote()
-                return Array("done".utf8)
-            }
             guard let value = try rootAttributes()[name] else { throw FileSystemError.noSuchAttribute }
             return Array(value.utf8)
         }

@@ -21,14 +21,6 @@ public final class KeyValueFileSystem: FuseFileSystem {
     /// in one line (`KeyConflict.summary`). There only while the conflict is open.
     public static let conflictAttribute = "user.kvsfs.conflict"
 
-    /// Reading this attribute of the root runs `synchronize()` and gives `done` (`kvsfs sync`).
-    /// It is not listed, so that `getfattr -d` does not sync.
-    public static let synchronizeAttribute = "user.kvsfs.synchronize"
-
-    /// Reading this attribute of the root runs `replaceWithRemote()` and gives `done`
-    /// (`kvsfs sync --replace-with-remote`). Not listed either.
-    public static let replaceAttribute = "user.kvsfs.replace-with-remote"
-
     public let store: KeyValueStore
     public let configuration: MountConfiguration
     let logger: Logger

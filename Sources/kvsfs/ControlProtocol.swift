@@ -149,6 +149,12 @@ struct ControlRequest: Codable, Equatable {
         /// (`keepLost`: `keepDevice`'s, or as `KeyConflict.lostChange` picks) or its won one, as
         /// a new change (`KeyValueFileSystem.settle`); answered with nothing.
         case resolve
+        /// Pushes what is pending and fetches what is new (`kvsfs sync`); answered with
+        /// nothing once the remote's changes show in the mount.
+        case synchronize
+        /// Replaces the store's values by the remote's (`kvsfs sync --replace-with-remote`),
+        /// discarding local changes the remote lacks; answered with nothing.
+        case replaceWithRemote = "replace-with-remote"
     }
 
     var command: Command

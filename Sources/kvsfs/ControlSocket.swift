@@ -17,6 +17,8 @@ final class ControlSocket: @unchecked Sendable {
     private let fileSystem: KeyValueFileSystem
     /// The mount's remote's record of past versions; nil for a mount without a remote.
     private let history: (any RemoteHistory)?
+    /// The mount's sync; nil for a mount without a remote.
+    private let sync: (any MountSynchronizer)?
     /// The mount's directory: a request names it by its device.
     private let mountpoint: String
     private let logger: Logger
@@ -25,11 +27,12 @@ final class ControlSocket: @unchecked Sendable {
     /// How long one connection may take to send its request or read its answer.
     static let connectionDeadline = 10
 
-    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (any RemoteHistory)?, mountpoint: String,
-         logger: Logger) throws {
+    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (any RemoteHistory)?, sync: (any MountSynchronizer)?,
+         mountpoint: String, logger: Logger) throws {
         self.address = address
         self.fileSystem = fileSystem
         self.history = history
+        self.sync = sync
         self.mountpoint = mountpoint
         self.logger = logger
         listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -167,6 +170,29 @@ final class ControlSocket: @unchecked Sendable {
                 throw CommandFailure("cannot settle the conflict of \(conflict.key.debugDescription): \(error)")
             }
             return []
+        case .synchronize, .replaceWithRemote:
+            guard let sync else { throw CommandFailure("this mount has no remote to sync with") }
+            try Self.retryingWhileBusy(for: .seconds(Self.remoteDeadline)) {
+                try request.command == .synchronize ? sync.synchronize() : sync.replaceWithRemote()
+            }
+            return []
+        }
+    }
+
+    /// Runs `work` again while the remote says it is busy (or other requests already wait on
+    /// it), backing off from 50 ms to 500 ms, for at most `limit`; then its failure, in words.
+    static func retryingWhileBusy(for limit: Duration, _ work: () throws -> Void) throws {
+        let deadline = ContinuousClock.now + limit
+        var pause = Duration.milliseconds(50)
+        while true {
+            do {
+                return try work()
+            } catch SyncFailure.busy where ContinuousClock.now + pause < deadline {
+                Thread.sleep(forTimeInterval: Double(pause.components.seconds) + Double(pause.components.attoseconds) / 1e18)
+                pause = min(pause * 2, .milliseconds(500))
+            } catch let failure as SyncFailure {
+                throw CommandFailure("sync failed: \(failure.description)")
+            }
         }
     }
 

@@ -145,14 +145,16 @@ struct Mount: ParsableCommand {
         fileSystem.attach(kernelCache: mount)
         if let defaults { try HangupReload.install { defaults.reload(into: fileSystem, logger: logger) } }
         sync?.start()
-        // Export and import need the store whole, which no file operation gives: they come
-        // through the control socket. A mount without one still serves its files.
+        // Acts on the whole store (sync, export, import, ...) come through the control socket,
+        // which only the mounting user (or root) may use: no file operation, which any user of
+        // an allow_other mount may make, changes more than a key. A mount without one still
+        // serves its files.
         let control: ControlSocket?
         do {
             control = try ControlSocket(address: ControlAddress(dataDirectory: dataDirectory.path, storeID: store.storeID),
-                                        fileSystem: fileSystem, history: remote, mountpoint: path, logger: logger)
+                                        fileSystem: fileSystem, history: remote, sync: sync, mountpoint: path, logger: logger)
         } catch {
-            logger.warning("\(error); kvsfs export, import, history and revert will not reach this mount")
+            logger.warning("\(error); kvsfs sync, export, import, history and revert will not reach this mount")
             control = nil
         }
         control?.start()

@@ -43,29 +43,9 @@ struct Sync: ParsableCommand {
     var replaceWithRemote = false
 
     func run() throws {
-        guard mountAttribute(mountpoint, "user.kvsfs.remote") != nil else {
-            throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs")
-        }
-        // Reading this attribute runs synchronize() in the daemon and returns when it is done.
-        // EAGAIN (the remote asks to wait, or other syncs already wait on it) is tried again
-        // for up to 30 s.
-        var answer = [UInt8](repeating: 0, count: 64)
-        let deadline = ContinuousClock.now + .seconds(30)
-        var pause = Duration.milliseconds(50)
-        let attribute = replaceWithRemote ? "user.kvsfs.replace-with-remote" : "user.kvsfs.synchronize"
-        while answer.withUnsafeMutableBytes({ SystemCalls.extendedAttribute(of: mountpoint, named: attribute, into: $0) }) < 0 {
-            let code = errno
-            if code == EAGAIN, ContinuousClock.now + pause < deadline {
-                Thread.sleep(forTimeInterval: Double(pause.components.attoseconds) / 1e18 + Double(pause.components.seconds))
-                pause = min(pause * 2, .milliseconds(500))
-                continue
-            }
-            let summary = mountAttribute(mountpoint, "user.kvsfs.sync")
-            // EACCES: the server refused the token; the summary's error says why, without the rest.
-            let detail = code == EACCES ? summary.flatMap(MountSync.lastError(inSummary:)) ?? "the server refused this token"
-                                        : summary ?? String(cString: strerror(code))
-            throw CommandFailure("sync failed (\(String(cString: strerror(code)))): \(detail)")
-        }
+        // Through the control socket, which only the mounting user (or root) may use: an act
+        // on the whole store is the mount owner's alone.
+        _ = try ControlClient.send(ControlRequest(command: replaceWithRemote ? .replaceWithRemote : .synchronize), to: mountpoint)
     }
 }
 
@@ -73,7 +53,7 @@ struct Events: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the mount's external changes as they happen, one JSON line each.",
         discussion: """
-            Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|push-deferred|remote-reset|refused-remote-change|apply-failed|conflict","time":"..."} \
+            Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|push-deferred|remote-reset|refused-remote-change|apply-failed|conflict|refused-local-write","time":"..."} \
             (all but server-change and initial-sync also carry "message"). With --since, a reader resumes after the \
             cursor of the last line it took; when the log no longer holds what came right after it, the first line \
             is {"keys":[],"message":"...","reason":"resync","time":"..."}. Runs until interrupted.

@@ -97,7 +97,7 @@ struct SyncMountTests {
             #expect(result.standardOutput.contains("pending=pending"), "\(result)")
             #expect(result.standardOutput.contains("offline-sync=1"))
             #expect(result.standardOutput.contains("offline-fsync=1"), "fsync of the root reports it too")
-            #expect(result.standardError.contains("sync failed (No route to host)"), "\(result)")
+            #expect(result.standardError.contains("sync failed: the remote cannot be reached"), "\(result)")
             #expect(result.standardError.contains("cannot be reached"))
             #expect(result.standardOutput.contains("online-sync=0"))
             #expect(result.standardOutput.contains("synced=synced"))

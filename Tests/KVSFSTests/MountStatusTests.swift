@@ -27,7 +27,7 @@ struct MountStatusTests {
         #expect(try rootAttribute(harness, "user.kvsfs.pending") == "1")
         #expect(try rootAttribute(harness, "user.kvsfs.reachable") == "none")
         #expect(try rootAttribute(harness, "user.kvsfs.last-sync") == "never")
-        for name in ["user.kvsfs.remote", "user.kvsfs.sync", KeyValueFileSystem.synchronizeAttribute, KeyValueFileSystem.replaceAttribute] {
+        for name in ["user.kvsfs.remote", "user.kvsfs.sync", "user.kvsfs.synchronize", "user.kvsfs.replace-with-remote"] {
             #expect(errnoOf(harness.fs) { _ = try harness.fs.getxattr(inode: .root, name: name) } == ENODATA, "\(name)")
         }
         let status = try MountStatus(json: Array(try rootAttribute(harness, "user.kvsfs.status").utf8))
