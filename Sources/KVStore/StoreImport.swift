@@ -134,17 +134,15 @@ extension KeyValueStore {
     }
 
     /// The first key, in `order`, whose change takes the running usage past a quota that the
-    /// whole of `staged` breaks.
+    /// whole of `staged` breaks; its refusal names that key's own size and the room left for it.
     private func firstKeyOverQuota(_ staged: StagedChanges, order: [String], in state: State, ledger: QuotaLedger) -> ImportRefusal? {
         var usage = state.usage
-        var added = 0
         for key in order {
             guard let new = staged.edits[key] else { continue }
             let old = state.entries[key]
             let next = usage.replacing(old, with: new)
-            added += new?.size ?? 0
             do throws(StoreError) {
-                try ledger.checkResult(before: state.usage, after: next, added: added)
+                try ledger.checkResult(before: usage, after: next, added: new?.size ?? 0)
             } catch {
                 return ImportRefusal(key: key, reason: error)
             }

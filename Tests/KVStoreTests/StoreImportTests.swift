@@ -86,7 +86,13 @@ struct StoreImportTests {
                                        replacing: false, dryRun: false)
             }
             #expect(refused?.key == "c", "a and b fit in 1000 bytes, c does not: \(String(describing: refused))")
-            if case .storeFull = refused?.reason {} else { Issue.record("\(String(describing: refused))") }
+            // The refusal names c's own size and the room a and b leave, not the running total.
+            let size = try PropertyListCodec.encodeXML(.string(text)).count
+            if case .storeFull(let needed, let available, let limit)? = refused?.reason {
+                #expect(needed == size && available == 1000 - 2 * size && limit == 1000, "\(String(describing: refused))")
+            } else {
+                Issue.record("\(String(describing: refused))")
+            }
             let tooBig = #expect(throws: ImportRefusal.self) {
                 try store.importValues(values([("a", .integer(1)), ("huge", .string(String(repeating: "y", count: 500)))]), replacing: false, dryRun: false)
             }
