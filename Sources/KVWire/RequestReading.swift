@@ -72,10 +72,12 @@ public struct WireQuery: Sendable {
     }
 
     /// `key`: the key a history request names, required, 1 to `WireLimits.maximumKeyBytes` (as
-    /// a push's keys).
+    /// a push's keys) of UTF-8, percent-encoded: a value whose escapes are not UTF-8 (`%ff`)
+    /// names no key, and is refused rather than read as the text sent.
     public func key() throws(WireError) -> String {
-        guard let key = value(Name.key), !key.isEmpty, key.utf8.count <= WireLimits.maximumKeyBytes else {
-            throw .invalidQuery(name: Name.key, expected: "a key name of 1 to \(WireLimits.maximumKeyBytes) bytes")
+        guard let sent = pairs.first(where: { $0.name == Name.key })?.value, let key = String(sent).removingPercentEncoding,
+              !key.isEmpty, key.utf8.count <= WireLimits.maximumKeyBytes else {
+            throw .invalidQuery(name: Name.key, expected: "a key name of 1 to \(WireLimits.maximumKeyBytes) bytes of percent-encoded UTF-8")
         }
         return key
     }

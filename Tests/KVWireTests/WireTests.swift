@@ -233,8 +233,10 @@ struct WireTests {
                 #expect(try sent.key() == key && sent.version() == version, "\(key.prefix(20).debugDescription) \(String(describing: version))")
             }
         }
-        let key = "key must be a key name of 1 to \(WireLimits.maximumKeyBytes) bytes"
-        for query in ["", "version=1", "key=", "key&version=2", "key=" + String(repeating: "k", count: WireLimits.maximumKeyBytes + 1)] {
+        let key = "key must be a key name of 1 to \(WireLimits.maximumKeyBytes) bytes of percent-encoded UTF-8"
+        // %ff%fe decodes to no UTF-8: before, it was read as the key "%ff%fe" and answered 200.
+        for query in ["", "version=1", "key=", "key&version=2", "key=" + String(repeating: "k", count: WireLimits.maximumKeyBytes + 1),
+                      "key=%ff%fe", "key=a%c3", "key=%zz"] {
             #expect(queryRefusal { try WireQuery(query).key() } == key, "\(query.prefix(60))")
         }
         for query in ["key=k&version=0", "key=k&version=-1", "key=k&version=x", "key=k&version=99999999999999999999", "key=k&version="] {
