@@ -156,6 +156,7 @@ public struct OpenFlags: Sendable, Equatable {
     public var isWritable: Bool { rawValue & O_ACCMODE != O_RDONLY }
     public var truncates: Bool { rawValue & O_TRUNC != 0 }
     public var exclusive: Bool { rawValue & O_EXCL != 0 }
+    public var appends: Bool { rawValue & O_APPEND != 0 }
 }
 
 /// What a SETATTR asks to change; nil fields stay as they are.

@@ -47,14 +47,8 @@ extension KeyValueFileSystem {
         configuration.registersDefaults ? 0 : configuration.cacheTimeout
     }
 
-    /// How long the kernel may remember a name. Not at all for a default (a value may replace
-    /// it without the kernel) nor for a placeholder (gone without the kernel when the value
-    /// written to it is refused: `dropRefusedPlaceholder`).
     func entryTimeout(of node: Node) -> Double {
-        switch node.kind {
-        case .registeredDefault, .placeholder: 0
-        case .key, .editorFile, .removed: configuration.cacheTimeout
-        }
+        node.isRegisteredDefault ? 0 : configuration.cacheTimeout
     }
 }
 

@@ -93,9 +93,14 @@ final class OpenFile {
     /// How far what this handle wrote is known to begin a value (`checkPrefix`).
     var prefix = WrittenPrefix.checking(ValuePrefixCheck(), checked: 0, known: 0)
 
-    init(node: Node, writable: Bool, remoteWrite: RemoteWrite? = nil) {
+    /// Opened with O_APPEND: every write goes to the end of what the handle holds, wherever
+    /// the kernel, whose idea of the file's size may be out of date, says it goes.
+    let appends: Bool
+
+    init(node: Node, writable: Bool, appends: Bool = false, remoteWrite: RemoteWrite? = nil) {
         self.node = node
         self.writable = writable
+        self.appends = appends
         self.remoteWrite = remoteWrite
     }
 }

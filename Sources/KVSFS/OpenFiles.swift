@@ -1,3 +1,4 @@
+import Dispatch
 import FoundationEssentials
 import FuseKit
 import Glibc
@@ -79,6 +80,7 @@ extension KeyValueFileSystem {
             var buffer = file.buffer ?? content(of: file.node)
             file.buffer = nil  // keep `buffer` uniquely referenced while it grows
             if firstWrite { file.prefix.know(buffer.count) }
+            let offset = file.appends ? buffer.count : offset
             let end = offset + bytes.count
             do {
                 if end > buffer.count {
@@ -110,10 +112,8 @@ extension KeyValueFileSystem {
     /// older, longer value being rewritten in place) may yet be cut off.
     func checkPrefix(of file: OpenFile, in buffer: [UInt8], writtenFrom offset: Int, to end: Int) throws {
         guard case .checking(var check, let checked, let known) = file.prefix else { return }
-        guard offset <= max(checked, known) else {
-            file.prefix = .unchecked
-            return
-        }
+        file.prefix = .unchecked  // keep `check` uniquely referenced while it is fed
+        guard offset <= max(checked, known) else { return }
         var from = checked
         if offset < checked {
             check = ValuePrefixCheck()
@@ -150,8 +150,8 @@ extension KeyValueFileSystem {
 
     public func release(inode: InodeNumber, handle: FileHandle) {
         let decoded = decodeUnlocked(handle)
-        state.withLock { ns in
-            guard let file = ns.handles.removeValue(forKey: handle) else { return }
+        let notices = state.withLock { ns -> [KernelNotice] in
+            guard let file = ns.handles.removeValue(forKey: handle) else { return [] }
             if file.dirty, file.writeRefusal == nil, file.commitRefusal == nil {
                 do {
                     try commit(file, decoded: decoded, in: &ns)
@@ -161,23 +161,28 @@ extension KeyValueFileSystem {
             }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
-            dropRefusedPlaceholder(file, in: &ns)
+            let notices = dropRefusedPlaceholder(file, in: &ns)
             ns.dropIfUnused(file.node)
+            return notices
         }
+        // The kernel is told from another thread: this is a request of the mount's own.
+        if !notices.isEmpty { DispatchQueue.global().async { [self] in tell(notices, of: "a refused new file") } }
     }
 
     /// A new file whose value was refused is gone once its last handle closes: the directory
     /// shows what the store holds, and the store holds no such key. (A placeholder nothing was
-    /// refused to, such as `touch`'s empty file, stays.) Its name's entry is never cached by
-    /// the kernel (`entryTimeout`), so the next look-up finds it gone.
-    private func dropRefusedPlaceholder(_ file: OpenFile, in ns: inout Namespace) {
+    /// refused to, such as `touch`'s empty file, stays.) Returns what the kernel must be told
+    /// so that it forgets the name too.
+    private func dropRefusedPlaceholder(_ file: OpenFile, in ns: inout Namespace) -> [KernelNotice] {
         guard case .placeholder = file.node.kind, file.node.openHandles == 0,
-              file.writeRefusal != nil || file.commitRefusal != nil else { return }
+              file.writeRefusal != nil || file.commitRefusal != nil else { return [] }
+        let name = file.node.name
         remove(file.node, content: [], in: &ns)
+        return [.removal(name, file.node.inode)]
     }
 
     func open(_ node: Node, flags: OpenFlags, remoteWrite: RemoteWrite?, in ns: inout Namespace) -> OpenReply {
-        let file = OpenFile(node: node, writable: flags.isWritable, remoteWrite: remoteWrite)
+        let file = OpenFile(node: node, writable: flags.isWritable, appends: flags.appends, remoteWrite: remoteWrite)
         node.openHandles += 1
         if file.writable {
             node.openWriters += 1
