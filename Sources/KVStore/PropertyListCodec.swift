@@ -239,24 +239,23 @@ public enum PropertyListCodec {
     /// Whether canonical XML (`encodeXML`'s) is also an XML 1.0 document: it holds no
     /// character reference but `&#13;`, which a reader such as Python's plistlib takes.
     /// A value that is not is shown and exported in binary (see `encodeXML`'s escapes).
-    public static func carriesInXML10(_ canonicalXML: some Collection<UInt8>) -> Bool {
-        // The digits of the reference being read (`&#` seen), or nil outside one.
-        var digits: [UInt8]?
-        var previous: UInt8 = 0
-        for byte in canonicalXML {
-            if digits != nil {
-                if byte == UInt8(ascii: ";") {
-                    guard digits == Array("13".utf8) else { return false }
-                    digits = nil
+    public static func carriesInXML10(_ canonicalXML: [UInt8]) -> Bool {
+        canonicalXML.withUnsafeBufferPointer { bytes in
+            // Runs on every first read of a value: a plain loop over the bytes.
+            var at = 0
+            let count = bytes.count
+            while at + 1 < count {
+                if bytes[at] == UInt8(ascii: "&"), bytes[at + 1] == UInt8(ascii: "#") {
+                    // The only reference XML 1.0 carries of those `encodeXML` writes: `&#13;`.
+                    guard at + 4 < count, bytes[at + 2] == UInt8(ascii: "1"), bytes[at + 3] == UInt8(ascii: "3"),
+                          bytes[at + 4] == UInt8(ascii: ";") else { return false }
+                    at += 5
                 } else {
-                    digits!.append(byte)
+                    at += 1
                 }
-            } else if previous == UInt8(ascii: "&"), byte == UInt8(ascii: "#") {
-                digits = []
             }
-            previous = byte
+            return true
         }
-        return true
     }
 
     static func realText(_ d: Double) -> String {

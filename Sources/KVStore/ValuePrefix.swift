@@ -34,11 +34,13 @@ public struct ValuePrefixCheck: Sendable {
     private var verdict = Verdict.viable
     /// How many leading bytes match `bplist`; at 6 the decoder reads the bytes as binary only.
     private var binaryMatched = 0
-    private var declaration = Declaration.possible(matched: 0, collected: [])
+    private var declaration = Declaration()
     private var utf8 = UTF8Validity()
-    private var xml: XMLPrefix? = XMLPrefix()
-    private var openStep: OpenStepPrefix? = OpenStepPrefix()
-    private var json: JSONPrefix? = JSONPrefix()
+    private var xml = XMLPrefix()
+    private var openStep = OpenStepPrefix()
+    private var json = JSONPrefix()
+    /// Which of the three may still read the bytes.
+    private var alive: (xml: Bool, openStep: Bool, json: Bool) = (true, true, true)
     /// Whether a recogniser gave up: then a refusal can no longer be certain.
     private var gaveUp = false
     /// The first byte that is not white space, which says whose refusal to show.
@@ -84,7 +86,7 @@ public struct ValuePrefixCheck: Sendable {
             if offset == 7 { verdict = .undecidable }
             return
         }
-        switch declaration.step(byte, at: offset) {
+        switch declaration.step(byte) {
         case .unknown: break
         case .otherEncoding: return verdict = .undecidable
         }
@@ -92,31 +94,28 @@ public struct ValuePrefixCheck: Sendable {
             return verdict = .refused("byte \(offset) is not valid UTF-8 (text must be UTF-8, or say its encoding)")
         }
         if first == nil, !Self.isSpace(byte) { first = byte }
-        if var recogniser = xml {
-            xml = nil
-            switch recogniser.step(byte) {
-            case .alive: xml = recogniser
-            case .gaveUp: gaveUp = true
-            case .dead(let reason): reasons.xml = (offset, reason)
+        if alive.xml {
+            switch xml.step(byte) {
+            case .alive: break
+            case .gaveUp: (alive.xml, gaveUp) = (false, true)
+            case .dead(let reason): (alive.xml, reasons.xml) = (false, (offset, reason))
             }
         }
-        if var recogniser = openStep {
-            openStep = nil
-            switch recogniser.step(byte) {
-            case .alive: openStep = recogniser
-            case .gaveUp: gaveUp = true
-            case .dead(let reason): reasons.openStep = (offset, reason)
+        if alive.openStep {
+            switch openStep.step(byte) {
+            case .alive: break
+            case .gaveUp: (alive.openStep, gaveUp) = (false, true)
+            case .dead(let reason): (alive.openStep, reasons.openStep) = (false, (offset, reason))
             }
         }
-        if var recogniser = json {
-            json = nil
-            switch recogniser.step(byte) {
-            case .alive: json = recogniser
-            case .gaveUp: gaveUp = true
-            case .dead(let reason): reasons.json = (offset, reason)
+        if alive.json {
+            switch json.step(byte) {
+            case .alive: break
+            case .gaveUp: (alive.json, gaveUp) = (false, true)
+            case .dead(let reason): (alive.json, reasons.json) = (false, (offset, reason))
             }
         }
-        if xml == nil, openStep == nil, json == nil {
+        if !alive.xml, !alive.openStep, !alive.json {
             verdict = gaveUp ? .undecidable : .refused(reason())
         }
     }
@@ -168,42 +167,50 @@ enum PrefixFate {
 
 /// A leading `<?xml … ?>` declaration: one naming an encoding the decoder does not read as
 /// UTF-8 (`PropertyListText`) makes the check give up.
-private enum Declaration {
-    case possible(matched: Int, collected: [UInt8])
-    case settled
+private struct Declaration {
+    /// How many bytes of `<?xml` matched; past it, the declaration's text is collected.
+    private var matched = 0
+    private var settled = false
+    private var collected: [UInt8] = []
 
     enum Outcome { case unknown, otherEncoding }
 
     static let opening = Array("<?xml".utf8)
     /// The names `PropertyListText` reads as UTF-8.
-    static let utf8Names: Set<String> = ["utf-8", "utf8", "us-ascii", "ascii", "utf-16", "utf-16be", "utf-16le", "utf-32", "utf-32be", "utf-32le"]
+    static let utf8Names = ["utf-8", "utf8", "us-ascii", "ascii", "utf-16", "utf-16be", "utf-16le", "utf-32", "utf-32be", "utf-32le"].map { Array($0.utf8) }
 
-    mutating func step(_ byte: UInt8, at offset: Int) -> Outcome {
-        guard case .possible(let matched, var collected) = self else { return .unknown }
+    mutating func step(_ byte: UInt8) -> Outcome {
+        guard !settled else { return .unknown }
         if matched < Self.opening.count {
-            self = byte == Self.opening[matched] && offset == matched ? .possible(matched: matched + 1, collected: []) : .settled
+            if byte == Self.opening[matched] { matched += 1 } else { settled = true }
             return .unknown
         }
         if byte == UInt8(ascii: "?") || byte == UInt8(ascii: ">") {
-            self = .settled
-            return Self.encoding(in: collected).map { Self.utf8Names.contains($0.lowercased()) } == false ? .otherEncoding : .unknown
+            settled = true
+            return Self.namesOtherEncoding(collected) ? .otherEncoding : .unknown
         }
         // Not ASCII inside the declaration, or a long one: whatever it names, give up.
         guard byte < 0x80, collected.count < 512 else { return .otherEncoding }
+        if collected.isEmpty { collected.reserveCapacity(64) }
         collected.append(byte)
-        self = .possible(matched: matched, collected: collected)
         return .unknown
     }
 
-    /// The value of `encoding="…"` in the declaration's text, if it names one.
-    private static func encoding(in text: [UInt8]) -> String? {
-        let string = String(decoding: text, as: UTF8.self)
-        guard let range = string.range(of: "encoding") else { return nil }
-        var rest = string[range.upperBound...].drop { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-        guard rest.first == "=" else { return nil }
-        rest = rest.dropFirst().drop { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-        guard let quote = rest.first, quote == "\"" || quote == "'" else { return nil }
-        return String(rest.dropFirst().prefix { $0 != quote })
+    /// Whether the declaration's text names, in `encoding="…"`, one encoding that is not
+    /// read as UTF-8. Bytes only: this runs at the first write of most XML values.
+    private static func namesOtherEncoding(_ text: [UInt8]) -> Bool {
+        let word = Array("encoding".utf8)
+        guard let start = text.indices.first(where: { text[$0...].starts(with: word) }) else { return false }
+        var at = start + word.count
+        func skipSpace() { while at < text.count, ValuePrefixCheck.isSpace(text[at]) { at += 1 } }
+        skipSpace()
+        guard at < text.count, text[at] == UInt8(ascii: "=") else { return false }
+        at += 1
+        skipSpace()
+        guard at < text.count, text[at] == UInt8(ascii: "\"") || text[at] == UInt8(ascii: "'") else { return false }
+        let quote = text[at]
+        let name = text[(at + 1)...].prefix { $0 != quote }.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+        return !utf8Names.contains(name)
     }
 }
 
@@ -262,7 +269,9 @@ struct JSONPrefix {
     private enum NumberPart { case sign, zero, integer, point, fraction, exponentMark, exponentSign, exponent }
     private enum Literal {
         case `true`, `false`
-        var bytes: [UInt8] { self == .true ? Array("true".utf8) : Array("false".utf8) }
+        private static let trueBytes = Array("true".utf8)
+        private static let falseBytes = Array("false".utf8)
+        var bytes: [UInt8] { self == .true ? Self.trueBytes : Self.falseBytes }
     }
 
     private var stack: [Container] = []
@@ -648,23 +657,38 @@ struct OpenStepPrefix {
 /// comments, processing instructions, DOCTYPE), one root (`<plist>` holding one value, or a
 /// value element), and after it only white space, comments and processing instructions.
 struct XMLPrefix {
-    private enum Tag: CaseIterable {
+    private enum Tag: Int, CaseIterable {
         case plist, array, dict, key, string, data, date, integer, real, `true`, `false`
 
-        var name: [UInt8] { Array(String(describing: self).utf8) }
+        private static let names = allCases.map { Array(String(describing: $0).utf8) }
+
+        var name: [UInt8] { Self.names[rawValue] }
         var isContainer: Bool { self == .plist || self == .array || self == .dict }
         /// An element that may not be empty (`<integer/>`).
         var needsText: Bool { self == .integer || self == .real || self == .date }
 
-        static let names = allCases.map { ($0, $0.name) }
+        /// Every tag, a bit each: what a name may be before its first byte.
+        static let every = UInt16(1 << allCases.count) - 1
 
-        init?(_ name: [UInt8]) {
-            guard let found = Self.names.first(where: { $0.1 == name }) else { return nil }
-            self = found.0
+        /// Of `candidates`, the tags whose name has `byte` at `position`.
+        static func narrowed(_ candidates: UInt16, at position: Int, to byte: UInt8) -> UInt16 {
+            var kept: UInt16 = 0
+            for (index, name) in names.enumerated() where candidates & (1 << index) != 0 && position < name.count && name[position] == byte {
+                kept |= 1 << index
+            }
+            return kept
         }
 
-        static func begins(_ name: [UInt8]) -> Bool {
-            names.contains { $0.1.starts(with: name) }
+        /// The tag among `candidates` whose name is `length` bytes long: the one a name of that
+        /// length that matched them all so far is.
+        static func whole(_ candidates: UInt16, length: Int) -> Tag? {
+            names.indices.first { candidates & (1 << $0) != 0 && names[$0].count == length }.flatMap(Tag.init(rawValue:))
+        }
+
+        /// The `length` bytes that matched `candidates`, for a message.
+        static func seen(_ candidates: UInt16, length: Int) -> [UInt8] {
+            guard let index = names.indices.first(where: { candidates & (1 << $0) != 0 }) else { return [] }
+            return Array(names[index].prefix(length))
         }
     }
 
@@ -678,14 +702,15 @@ struct XMLPrefix {
         /// Between markup: text in a leaf element, white space elsewhere.
         case between
         case lessThan
-        /// After `<!`: the bytes since, which must begin `--`, `[CDATA[` or `DOCTYPE`.
-        case bang([UInt8])
+        /// After `<!`: which of `openings` the bytes since began, and how many there are.
+        case bang(Int?, Int)
         case comment(dashes: Int)
         case cdata(brackets: Int)
         case instruction(question: Bool)
         case doctype(quote: UInt8?, subset: Bool)
-        case startName([UInt8])
-        case startNameSlash([UInt8])
+        /// A start tag's name: how many bytes so far, and which tags (a bit each) it may be.
+        case startName(length: Int, candidates: UInt16)
+        case startNameSlash(length: Int, candidates: UInt16)
         case attributes(Tag, slash: Bool)
         case closeName(matched: Int)
         case closeEnd
@@ -716,23 +741,39 @@ struct XMLPrefix {
             case UInt8(ascii: "/"):
                 guard !stack.isEmpty else { return .dead("a closing tag outside any element") }
                 state = .closeName(matched: 0)
-            case UInt8(ascii: "!"): state = .bang([])
+            case UInt8(ascii: "!"): state = .bang(nil, 0)
             case UInt8(ascii: "?"): state = .instruction(question: false)
             default:
                 guard !ValuePrefixCheck.isSpace(byte), byte != UInt8(ascii: ">") else { return .dead("a tag without a name") }
-                return name([byte])
+                let candidates = Tag.narrowed(Tag.every, at: 0, to: byte)
+                guard candidates != 0 else { return Self.unknown([byte]) }
+                state = .startName(length: 1, candidates: candidates)
             }
             return .alive
-        case .bang(var seen):
-            seen.append(byte)
-            let inLeaf = stack.last.map { !$0.tag.isContainer } ?? false
-            let allowed = [Array("--".utf8)] + (inLeaf ? [Array("[CDATA[".utf8)] : []) + (stack.isEmpty && !rootDone ? [Array("DOCTYPE".utf8)] : [])
-            guard allowed.contains(where: { $0.starts(with: seen) }) else { return .dead("a <! declaration the property list cannot hold here") }
-            switch seen.count {
-            case 2 where seen == Array("--".utf8): state = .comment(dashes: 0)
-            case 7 where seen == Array("[CDATA[".utf8): state = .cdata(brackets: 0)
-            case 7 where seen == Array("DOCTYPE".utf8): state = .doctype(quote: nil, subset: false)
-            default: state = .bang(seen)
+        case .bang(let chosen, let seen):
+            // A comment may stand anywhere, CDATA in text, a DOCTYPE before the root. The first
+            // byte after `<!` chooses one (their first bytes differ).
+            let opening: Int
+            if let chosen {
+                opening = chosen
+            } else {
+                let inLeaf = stack.last.map { !$0.tag.isContainer } ?? false
+                let allowed = [true, inLeaf, stack.isEmpty && !rootDone]
+                guard let index = Self.openings.indices.first(where: { allowed[$0] && Self.openings[$0][0] == byte }) else {
+                    return .dead("a <! declaration the property list cannot hold here")
+                }
+                opening = index
+            }
+            let bytes = Self.openings[opening]
+            guard bytes[seen] == byte else { return .dead("a <! declaration the property list cannot hold here") }
+            guard seen + 1 == bytes.count else {
+                state = .bang(opening, seen + 1)
+                return .alive
+            }
+            switch opening {
+            case 0: state = .comment(dashes: 0)
+            case 1: state = .cdata(brackets: 0)
+            default: state = .doctype(quote: nil, subset: false)
             }
             return .alive
         case .comment(let dashes):
@@ -755,21 +796,25 @@ struct XMLPrefix {
                 state = .between
             }
             return .alive
-        case .startName(let seen):
+        case .startName(let length, let candidates):
             if ValuePrefixCheck.isSpace(byte) || byte == UInt8(ascii: ">") {
-                guard let tag = Tag(seen) else { return Self.unknown(seen) }
+                guard let tag = Tag.whole(candidates, length: length) else { return Self.unknown(Tag.seen(candidates, length: length)) }
                 if byte == UInt8(ascii: ">") { return open(tag, empty: false) }
                 state = .attributes(tag, slash: false)
                 return .alive
             }
             if byte == UInt8(ascii: "/") {
-                state = .startNameSlash(seen)
+                state = .startNameSlash(length: length, candidates: candidates)
                 return .alive
             }
-            return name(seen + [byte])
-        case .startNameSlash(let seen):
+            let narrowed = Tag.narrowed(candidates, at: length, to: byte)
+            guard narrowed != 0 else { return Self.unknown(Tag.seen(candidates, length: length) + [byte]) }
+            state = .startName(length: length + 1, candidates: narrowed)
+            return .alive
+        case .startNameSlash(let length, let candidates):
+            let seen = Tag.seen(candidates, length: length)
             guard byte == UInt8(ascii: ">") else { return Self.unknown(seen + [UInt8(ascii: "/"), byte]) }
-            guard let tag = Tag(seen) else { return Self.unknown(seen) }
+            guard let tag = Tag.whole(candidates, length: length) else { return Self.unknown(seen) }
             return open(tag, empty: true)
         case .attributes(let tag, _) where byte == UInt8(ascii: ">"):
             guard case .attributes(_, let slash) = state else { return .alive }
@@ -796,12 +841,8 @@ struct XMLPrefix {
         }
     }
 
-    /// The start tag's name so far.
-    private mutating func name(_ seen: [UInt8]) -> PrefixFate {
-        guard Tag.begins(seen) else { return Self.unknown(seen) }
-        state = .startName(seen)
-        return .alive
-    }
+    /// What may follow `<!`: a comment, a CDATA section, a DOCTYPE.
+    private static let openings = [Array("--".utf8), Array("[CDATA[".utf8), Array("DOCTYPE".utf8)]
 
     private static func unknown(_ seen: [UInt8]) -> PrefixFate {
         .dead("<\(String(decoding: seen.prefix(40), as: UTF8.self))…> is not a property-list element")

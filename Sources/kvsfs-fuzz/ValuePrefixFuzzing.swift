@@ -3,8 +3,8 @@ import KVStore
 /// Any bytes, through the check made at each write() and the decoder behind it.
 ///
 /// Invariant: no prefix of bytes the decoder accepts is ever refused by the check, fed whole,
-/// split in two at any of the first 4 KiB of offsets, or byte by byte; and bytes the check
-/// refuses are refused by the decoder too.
+/// byte by byte, or split in two at any of the first 64 offsets and 64 more spread over the
+/// rest; and bytes the check refuses are refused by the decoder too.
 enum ValuePrefixFuzzing {
     static func run(_ bytes: [UInt8]) {
         let accepted = (try? PropertyListCodec.decode(bytes)) != nil
@@ -20,7 +20,8 @@ enum ValuePrefixFuzzing {
                 fatalError("byte by byte, the prefix ending at \(offset) is refused (\(reason)): \(bytes)")
             }
         }
-        for split in 0...min(bytes.count, 4096) {
+        let spread = stride(from: 64, to: bytes.count, by: max(1, bytes.count / 64))
+        for split in Array(0...min(bytes.count, 64)) + spread {
             var check = ValuePrefixCheck()
             let first = bytes[..<split].withUnsafeBytes { check.feed($0) }
             let rest = bytes[split...].withUnsafeBytes { check.feed($0) }
