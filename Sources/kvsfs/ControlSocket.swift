@@ -171,7 +171,7 @@ final class ControlSocket: @unchecked Sendable {
             }
             return []
         case .synchronize, .replaceWithRemote:
-            guard let sync else { throw CommandFailure("this mount has no remote to sync with") }
+            guard let sync else { throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs: it has no remote") }
             try Self.retryingWhileBusy(for: .seconds(Self.remoteDeadline)) {
                 try request.command == .synchronize ? sync.synchronize() : sync.replaceWithRemote()
             }
@@ -282,7 +282,7 @@ enum ControlClient {
 
     /// Whether /proc/self/mountinfo has a `fuse.kvsfs` mount on `path` (mount points there
     /// write space, tab, newline and backslash as octal escapes).
-    private static func isKVSFSMount(_ path: String) -> Bool {
+    static func isKVSFSMount(_ path: String) -> Bool {
         guard let table = FileManager.default.contents(atPath: "/proc/self/mountinfo") else { return false }
         let escaped = path.replacingOccurrences(of: "\\", with: "\\134").replacingOccurrences(of: " ", with: "\\040")
             .replacingOccurrences(of: "\t", with: "\\011").replacingOccurrences(of: "\n", with: "\\012")

@@ -93,19 +93,32 @@ struct Revert: ParsableCommand {
 }
 
 /// A key named by its file in a mount, and what the mount's remote keeps of it.
+///
+/// Invariant: the directory holding the file is the root of a kvsfs mount, so that a command
+/// that reads, writes or removes a key never touches a file anywhere else.
 struct KeyFile {
     let path: String
     let mountpoint: String
     let name: String
 
-    /// Keys are the mount's top-level files: the directory holding `path` is the mount.
+    /// Keys are the mount's top-level files: the directory holding `path` must be a kvsfs
+    /// mount (`fuse.kvsfs` in /proc/self/mountinfo), else the command is refused in one line.
     init(_ path: String) throws {
         let url = URL(fileURLWithPath: path).standardizedFileURL
+        let directory = url.deletingLastPathComponent().path
+        guard let resolved = realpath(directory, nil) else {
+            throw CommandFailure("\(path) is not in a kvsfs mount: \(directory): \(explain(errno))")
+        }
+        let mount = String(cString: resolved)
+        free(resolved)
+        guard ControlClient.isKVSFSMount(mount) else {
+            throw CommandFailure("\(path) is not in a kvsfs mount: nothing was read, written or removed")
+        }
         guard let key = KeyFileName.key(forFileName: url.lastPathComponent), !EditorFileRule.isEditorFile(url.lastPathComponent) else {
             throw CommandFailure("\(path) names no key: its file name is not one a key shows as")
         }
         self.path = path
-        mountpoint = url.deletingLastPathComponent().path
+        mountpoint = directory
         name = key
     }
 

@@ -6,14 +6,14 @@ struct Get: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print a key's value: a scalar plainly, a container as an XML property list.")
 
-    @Argument(help: "A file in a mount (any property-list file works).")
+    @Argument(help: "A key's file in a kvsfs mount.")
     var path: String
 
     @Flag(help: "Print the value as JSON, as `plutil -convert json` does (a date or data value has no JSON form).")
     var json = false
 
     func run() throws {
-        let bytes = try ValueFile.read(path)
+        let bytes = try ValueFile.read(try KeyFile(path).path)
         let value: PropertyListValue
         do {
             value = try PropertyListCodec.decode(bytes)
@@ -61,7 +61,8 @@ struct Set: ParsableCommand {
     }
 
     func run() throws {
-        try ValueFile.write(try PropertyListCodec.encodeXML(try value()), to: path)
+        let key = try KeyFile(path)
+        try ValueFile.write(try PropertyListCodec.encodeXML(try value()), to: key.path)
     }
 
     private func value() throws -> PropertyListValue {
@@ -126,7 +127,8 @@ struct Delete: ParsableCommand {
     var path: String
 
     func run() throws {
-        if unlink(path) != 0 { throw CommandFailure("cannot delete \(path): \(explain(errno))") }
+        let key = try KeyFile(path)
+        if unlink(key.path) != 0 { throw CommandFailure("cannot delete \(path): \(explain(errno))") }
     }
 }
 

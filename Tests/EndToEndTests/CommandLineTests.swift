@@ -51,6 +51,22 @@ struct CommandLineTests {
         }
     }
 
+    @Test("a command on a path outside a kvsfs mount is refused in one line, exit 1, and touches nothing",
+          arguments: [["get", "FILE"], ["set", "FILE", "-int", "1"], ["set", "NEW", "-int", "1"], ["delete", "FILE"],
+                      ["history", "FILE"], ["revert", "FILE", "1"], ["resolve", "FILE", "--keep-local"]])
+    func outsideAMount(arguments: [String]) throws {
+        let dir = TemporaryDirectory("kvsfs-outside")
+        defer { dir.remove() }
+        let file = dir.path + "/plain.txt"
+        #expect(FileManager.default.createFile(atPath: file, contents: Data("keep me\n".utf8)))
+        let result = try run(kvsfsBinary, arguments.map { $0 == "FILE" ? file : $0 == "NEW" ? dir.path + "/new" : $0 })
+        #expect(result.status == 1, "\(result)")
+        #expect(result.standardError.contains("is not in a kvsfs mount"), "\(result)")
+        #expect(result.standardError.split(separator: "\n").count == 1, "one line: \(result)")
+        #expect(FileManager.default.contents(atPath: file) == Data("keep me\n".utf8), "the file is untouched")
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/new"), "nothing is created")
+    }
+
     @Test("set over the per-value quota says so", arguments: [0])
     func setTooLarge(_: Int) throws {
         try withDaemon(extraArguments: ["--quota-value", "1000"]) { (m, _) throws in
