@@ -50,7 +50,7 @@ struct KeyHistoryTests {
             try expectRefusal(["history", "--show", removal, k], "is its removal: it has no value")
             try expectRefusal(["history", "--show", "999999", k], "the remote keeps no version 999999 of \"k\"")
             try expectRefusal(["history", daemon.path("never")], "the remote keeps no history of \"never\"")
-            try expectRefusal(["history", dir.path + "/k"], "is not a kvsfs mount")
+            try expectRefusal(["history", dir.path + "/k"], "is not in a kvsfs mount")
             try expectRefusal(["revert", k, "0"], "the version number must be 1 or more", usage: true)
 
             let reverted = try shell("""
