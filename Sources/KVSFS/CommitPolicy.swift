@@ -21,8 +21,9 @@ extension KeyValueFileSystem {
             }
             file.dirty = false
         } catch {
+            // Told at release, if the handle ends refused: a shell's redirection flushes an empty
+            // duplicate before it writes, and that refusal is cleared by the write.
             file.commitRefusal = error
-            if file.remoteWrite == nil, let key = file.node.key { tell(refusalOf: key, error) }
             throw error
         }
     }

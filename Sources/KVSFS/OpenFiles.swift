@@ -156,9 +156,10 @@ extension KeyValueFileSystem {
                 do {
                     try commit(file, decoded: decoded, in: &ns)
                 } catch {
-                    logger.warning("a write to \(file.node.name) closed without flush was refused: \(error)")
+                    // Told below, as a refusal the handle ended with.
                 }
             }
+            if let refusal = file.commitRefusal, file.remoteWrite == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
             let notices = dropRefusedPlaceholder(file, in: &ns)
