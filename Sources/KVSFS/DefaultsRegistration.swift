@@ -47,8 +47,15 @@ extension KeyValueFileSystem {
         configuration.registersDefaults ? 0 : configuration.cacheTimeout
     }
 
+    /// How long the kernel may remember a name. Not at all for a default (a value may replace
+    /// it without the kernel) nor for a placeholder (gone without the kernel when the value
+    /// written to it is refused; the removal notice that follows comes from another thread,
+    /// and an open that raced it would write into a removed file).
     func entryTimeout(of node: Node) -> Double {
-        node.isRegisteredDefault ? 0 : configuration.cacheTimeout
+        switch node.kind {
+        case .registeredDefault, .placeholder: 0
+        case .key, .editorFile, .removed: configuration.cacheTimeout
+        }
     }
 }
 
