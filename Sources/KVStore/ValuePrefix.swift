@@ -640,15 +640,8 @@ struct OpenStepPrefix {
         }
     }
 
-    static func isWordCharacter(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "_"), UInt8(ascii: "$"), UInt8(ascii: "/"), UInt8(ascii: ":"), UInt8(ascii: "."), UInt8(ascii: "-"):
-            true
-        default:
-            false
-        }
-    }
+    /// The reader's own rule for an unquoted string's characters.
+    static func isWordCharacter(_ byte: UInt8) -> Bool { OpenStepPropertyListReader.isUnquoted(byte) }
 }
 
 // MARK: - XML
