@@ -18,6 +18,7 @@ let package = Package(
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         .systemLibrary(
@@ -33,8 +34,15 @@ let package = Package(
         .target(name: "KVCloud", dependencies: ["KVStore", .product(name: "GRDB", package: "GRDB.swift")]),
         // What server and clients say on the wire, and the server's reading of requests: no NIO.
         .target(name: "KVWire", dependencies: ["KVStore", "KVCloud"]),
+        // The words for a failed connection, for every network client: no store, no FUSE.
+        .target(name: "KVNetwork", dependencies: [
+            "KVCloud",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ]),
         .target(name: "KVSync", dependencies: [
-            "KVStore", "KVCloud", "KVWire",
+            "KVStore", "KVCloud", "KVWire", "KVNetwork",
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
@@ -49,7 +57,7 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .target(name: "KVPostgres", dependencies: [
-            "KVStore", "KVCloud", "KVServer",
+            "KVStore", "KVCloud", "KVServer", "KVNetwork",
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Logging", package: "swift-log"),
@@ -72,8 +80,9 @@ let package = Package(
         ], path: "Tests/KVTestSupport"),
         .testTarget(name: "KVStoreTests", dependencies: ["KVStore", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift")]),
         .testTarget(name: "SyncTests", dependencies: [
-            "KVStore", "KVCloud", "KVSync", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
+            "KVStore", "KVCloud", "KVSync", "KVNetwork", "KVTestSupport", .product(name: "GRDB", package: "GRDB.swift"),
             .product(name: "PropertyBased", package: "swift-property-based"),
+            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         .testTarget(name: "KVServerTests", dependencies: [
             "KVServer", "KVPostgres", "KVCloud", "KVStore", "KVSync", "KVTestSupport", .product(name: "Logging", package: "swift-log"),

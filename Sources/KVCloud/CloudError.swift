@@ -6,6 +6,9 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The storage cannot be opened or read (a missing directory, a locked or corrupt file, a
     /// database or server that does not answer): retry with backoff.
     case unavailable(String)
+    /// The remote could not be reached over the network (`Unreachability` says how, the
+    /// words where): retry with backoff.
+    case unreachable(Unreachability, String)
     /// Busy or rate-limited (a server's 429 or 503): retry after the time given, if any.
     case busy(retryAfter: Duration?, String)
     /// A server refused the token (401: unknown or revoked; 403: it does not reach the store,
@@ -30,6 +33,15 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
         return nil
     }
 
+    /// The words of the error without the prefix `description` gives them.
+    public var reason: String {
+        switch self {
+        case .unavailable(let reason), .unreachable(_, let reason), .busy(_, let reason), .notAuthorized(let reason),
+             .refused(let reason), .historyMismatch(let reason): reason
+        default: description
+        }
+    }
+
     /// Whether the error says the reader saw another history than the store's.
     public var isHistoryMismatch: Bool {
         switch self {
@@ -41,6 +53,7 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .unavailable(let reason): "the remote cannot be reached: \(reason)"
+        case .unreachable(_, let words): "the remote cannot be reached: \(words)"
         case .busy(let after, let reason):
             "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
         case .notAuthorized(let reason): "the server refused this token: \(reason)"

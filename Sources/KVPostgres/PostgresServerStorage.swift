@@ -1,5 +1,6 @@
 import Foundation
 import KVCloud
+import KVNetwork
 import KVServer
 import KVStore
 import Logging
@@ -71,7 +72,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
             try await storage.migrate()
         } catch {
             await storage.close()
-            throw .unavailable("\(location): \(Self.describe(error))")
+            throw Self.cloudError(error, at: location)
         }
         return storage
     }
@@ -233,7 +234,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
             // A refusal decided inside the transaction (which rolled it back).
             throw error.closureError as! CloudError
         } catch {
-            throw .unavailable("\(location): \(Self.describe(error))")
+            throw Self.cloudError(error, at: location)
         }
     }
 
@@ -241,19 +242,41 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         do {
             return try await body()
         } catch {
-            throw .database("\(location): \(Self.describe(error))")
+            throw .database(Self.describe(error, at: location))
         }
     }
 
-    /// PSQLError keeps its details out of `description`; a message names the server's words
-    /// or the connection's failure.
-    static func describe(_ error: any Error) -> String {
-        if let error = error as? PostgresTransactionError {
-            return (error.beginError ?? error.closureError ?? error.commitError).map(describe) ?? "the transaction failed"
+    /// The remote error a failure to reach or use the database at `location` is.
+    static func cloudError(_ error: any Error, at location: PostgresLocation) -> CloudError {
+        if let failure = networkFailure(error, at: location) {
+            return .unreachable(failure.cause, "PostgreSQL unreachable at \(location.host):\(location.port): \(failure)")
         }
-        guard let error = error as? PSQLError else { return String(describing: error) }
-        if let message = error.serverInfo?[.message] { return message }
-        if let underlying = error.underlying { return String(describing: underlying) }
-        return String(describing: error.code)
+        return .unavailable(describe(error, at: location))
+    }
+
+    /// The connection failure `error` is, or holds, if it is one.
+    static func networkFailure(_ error: any Error, at location: PostgresLocation) -> NetworkFailure? {
+        if let error = error as? PostgresTransactionError {
+            return (error.beginError ?? error.commitError).flatMap { networkFailure($0, at: location) }
+        }
+        return NetworkFailure((error as? PSQLError)?.underlying ?? error, host: location.host, port: location.port)
+    }
+
+    /// What went wrong, in words: the server's own message, the connection's failure, or the
+    /// kind of failure PostgresNIO names; never a library's type. PSQLError keeps its details
+    /// out of `description`.
+    static func describe(_ error: any Error, at location: PostgresLocation? = nil) -> String {
+        if let error = error as? PostgresTransactionError {
+            return (error.beginError ?? error.closureError ?? error.commitError).map { describe($0, at: location) } ?? "the transaction failed"
+        }
+        let place = location.map { "PostgreSQL at \($0.host):\($0.port)" } ?? "PostgreSQL"
+        if let location, let failure = networkFailure(error, at: location) { return "\(place) unreachable: \(failure)" }
+        if let error = error as? CloudError { return error.reason }
+        guard let error = error as? PSQLError else { return "\(place) failed: the request did not complete" }
+        if let message = error.serverInfo?[.message] { return "\(place): \(message)" }
+        if let underlying = error.underlying, let failure = NetworkFailure(underlying, host: location?.host ?? "PostgreSQL", port: location?.port ?? 5432) {
+            return "\(place) unreachable: \(failure)"
+        }
+        return "\(place) failed (\(error.code))"
     }
 }

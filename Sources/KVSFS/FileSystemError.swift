@@ -97,7 +97,12 @@ public enum ErrnoMapping {
             }
         case let error as SyncFailure:
             switch error {
+            case .connectionRefused: return ECONNREFUSED
+            case .timedOut: return ETIMEDOUT
             case .unreachable: return EHOSTUNREACH
+            case .notTrusted: return ECONNABORTED
+            case .connectionLost: return ECONNRESET
+            case .unavailable: return EIO
             case .busy: return EAGAIN
             case .authorizationRefused: return EACCES
             }

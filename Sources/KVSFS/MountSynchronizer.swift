@@ -87,8 +87,19 @@ public struct SyncStanding: Sendable, Equatable {
 
 /// Why a request that waits on the remote (`kvsfs sync`, fsync of the root) failed.
 public enum SyncFailure: Error, Equatable, Sendable {
-    /// The remote could not be reached.
+    /// Nothing listens at the remote's address.
+    case connectionRefused(String)
+    /// The remote did not answer in time.
+    case timedOut(String)
+    /// The remote's name does not resolve, or no route leads to it.
     case unreachable(String)
+    /// The remote's TLS certificate is not trusted.
+    case notTrusted(String)
+    /// The connection was closed or reset before the answer was whole.
+    case connectionLost(String)
+    /// The remote answered, or was opened, but could not serve (a database it cannot read,
+    /// an answer that is not the protocol's, a refusal).
+    case unavailable(String)
     /// The remote is busy or rate-limited, or too many requests wait on it: try again later.
     case busy(String)
     /// The sync server refused the mount's token (unknown, revoked, or not for this store).
@@ -98,7 +109,10 @@ public enum SyncFailure: Error, Equatable, Sendable {
 extension SyncFailure: CustomStringConvertible {
     public var description: String {
         switch self {
-        case .unreachable(let reason): "the remote cannot be reached: \(reason)"
+        case .connectionRefused(let reason), .timedOut(let reason), .unreachable(let reason), .notTrusted(let reason),
+             .connectionLost(let reason):
+            "the remote cannot be reached: \(reason)"
+        case .unavailable(let reason): "the remote could not serve: \(reason)"
         case .busy(let reason): "the remote is busy: \(reason)"
         case .authorizationRefused(let reason): "the server refused this token: \(reason)"
         }

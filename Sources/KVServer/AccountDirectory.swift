@@ -125,6 +125,13 @@ public struct AccountDirectory: Sendable {
         !name.isEmpty && name.count <= 32 && name.allSatisfy { $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "_" || $0 == "-") }
     }
 
+    /// The id a presented token names, for the log: never its secret. A token not of the
+    /// form has no id; its first bytes, in words, stand in.
+    public static func tokenID(of token: String) -> String {
+        if let (id, _) = parse(token), id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) { return id }
+        return "(a token not of the form kvs_ID_SECRET)"
+    }
+
     private static func parse(_ token: String) -> (id: String, secret: String)? {
         let parts = token.split(separator: "_", maxSplits: 2)
         guard parts.count == 3, parts[0] == "kvs", !parts[1].isEmpty, !parts[2].isEmpty else { return nil }

@@ -65,6 +65,7 @@ struct TokenAuthorization: RouterMiddleware {
     let accounts: AccountDirectory
     let limiter: RateLimiter
     let logger: Logger
+    let refused: RefusedTokens
 
     func handle(_ request: Request, context: ServerRequestContext,
                 next: (Request, ServerRequestContext) async throws -> Response) async throws -> Response {
@@ -78,7 +79,10 @@ struct TokenAuthorization: RouterMiddleware {
         } catch {
             throw HTTPError.storageUnavailable(error, logger: logger)
         }
-        guard let scope else { throw Self.refusal("unknown or revoked token") }
+        guard let scope else {
+            refused.refused(token, reason: "unknown or revoked token")
+            throw Self.refusal("unknown or revoked token")
+        }
         if let wait = limiter.admit(token) {
             let seconds = max(1, Int((Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18).rounded(.up)))
             throw HTTPError(.tooManyRequests, headers: [.retryAfter: String(seconds)], message: "rate limited: retry in \(seconds) s")

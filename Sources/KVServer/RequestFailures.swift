@@ -40,9 +40,9 @@ extension SyncServer {
             case .notAuthorized(let reason): throw HTTPError(.forbidden, message: reason)
             case .busy(let after, _):
                 let seconds = after.map { max(1, $0.components.seconds) } ?? 1
-                logger.warning("storage busy", metadata: ["error": "\(error)"])
+                logger.warning("answered 503, the storage is busy: \(error.reason)")
                 throw HTTPError(.serviceUnavailable, headers: [.retryAfter: String(seconds)], message: "the server is busy; retry later")
-            case .unavailable, .invalidStoreName:
+            case .unavailable, .unreachable, .invalidStoreName:
                 throw HTTPError.storageUnavailable(error, logger: logger)
             }
         } catch {
@@ -55,8 +55,8 @@ extension HTTPError {
     /// 503 with Retry-After; the error itself (which names the database) goes to the log.
     static func storageUnavailable(_ error: any Error, logger: Logger) -> HTTPError {
         // The storage's own words: this server's database, not a remote it could not reach.
-        let reason = if case CloudError.unavailable(let reason) = error { reason } else { "\(error)" }
-        logger.error("storage unavailable", metadata: ["error": "\(reason)"])
+        let reason = (error as? CloudError)?.reason ?? "\(error)"
+        logger.error("answered 503, the storage is unavailable: \(reason)")
         return HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "the server's storage is unavailable; retry later")
     }
 }

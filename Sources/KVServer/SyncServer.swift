@@ -48,9 +48,11 @@ public struct SyncServer: Sendable {
     let storeReads = StoreReads()
     let renewals = IdentityRenewals()
     let logger = Logger(label: "kvsfs.serve")
+    let refusedTokens: RefusedTokens
 
     /// `rateLimit`: requests per second per token (0: none).
     public init(storage: any ServerStorage, rateLimit: Double = 0) {
+        refusedTokens = RefusedTokens(logger: logger)
         self.storage = storage
         accounts = AccountDirectory(storage: storage.accounts)
         limiter = RateLimiter(rate: rateLimit)
@@ -75,7 +77,8 @@ public struct SyncServer: Sendable {
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                             body: .init(byteBuffer: ByteBuffer(bytes: text)))
         }
-        let authorized = router.group().add(middleware: TokenAuthorization(accounts: accounts, limiter: limiter, logger: logger))
+        let authorized = router.group().add(middleware: TokenAuthorization(accounts: accounts, limiter: limiter, logger: logger,
+                                                                                 refused: refusedTokens))
         authorized.group(context: AuthorizedContext.self).get(RouterPath(WirePath.whoAmI)) { _, context -> Response in
             let scope = context.bearer.scope
             return try json(WhoAmI(account: scope.account, store: scope.store, readOnly: scope.readOnly))

@@ -45,8 +45,8 @@ final class ChangeStream: Sendable {
                     }
                 }
             } catch {
-                failure = error is DecodingError ? CloudError.unavailable("\(base): an event that is not the protocol's: \(error)")
-                                                 : CloudError.unavailable("\(base): \(error)")
+                failure = error is DecodingError ? CloudError.unavailable("\(base) sent an event that is not the protocol's")
+                                                 : TransportFailure.cloudError(error, base: base)
             }
             let waiters = shared.state.withLock { state in
                 state.finished = true

@@ -230,12 +230,12 @@ public final class HTTPChangeLog: ChangeLog {
         do {
             data = Data(try await response.body.collect(upTo: 64 << 20).readableBytesView)
         } catch {
-            throw .unavailable("\(base): \(error)")
+            throw TransportFailure.cloudError(error, base: base)
         }
         do {
             return try JSONDecoder().decode(T.self, from: data)
         } catch {
-            throw .unavailable("\(base)\(path): an answer that is not the protocol's: \(error)")
+            throw .unavailable("\(base)\(path) sent an answer that is not the protocol's")
         }
     }
 
@@ -253,7 +253,7 @@ public final class HTTPChangeLog: ChangeLog {
         do {
             response = try await client.execute(request, timeout: timeout)
         } catch {
-            throw .unavailable("\(base): \(error)")
+            throw TransportFailure.cloudError(error, base: base)
         }
         guard response.status == .ok else {
             let data = Data((try? await response.body.collect(upTo: 1 << 20))?.readableBytesView ?? ByteBuffer().readableBytesView)

@@ -33,6 +33,12 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         /// A write through the mount was refused (`message`: the errno and the reason): its
         /// writer was told only the errno. Rate-limited per key in the mount.
         case refusedLocalWrite = "refused-local-write"
+        /// The remote answers again, or for the first time (`message`: which remote, and the
+        /// cause of the offline spell it ends). Said once per change of state.
+        case online = "online"
+        /// The remote cannot be used (`message`: why, in words): writes stay pending. Said once
+        /// per cause, not once per retry.
+        case offline = "offline"
         /// Said to a reader only (`kvsfs events --since`), never logged: the log no longer
         /// holds the events right after the reader's cursor, so the reader must look at the
         /// whole store again rather than take the events that follow for all it missed.

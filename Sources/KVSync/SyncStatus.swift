@@ -1,4 +1,5 @@
 import Foundation
+import KVCloud
 
 extension SyncEngine {
     /// How the engine stands, for the mount's root (`user.kvsfs.sync`, `kvsfs status`).
@@ -12,23 +13,66 @@ extension SyncEngine {
         /// The last time the remote's history was found not to be the one this mount saw, and
         /// what was done (see `resynchronise`).
         public var lastIncident: String?
+        /// What the log and the event log were last told of the remote: said again only when
+        /// it changes, never once per retry.
+        public var told: Told = .nothing
+    }
+
+    /// The standing last told: online, or offline for a cause (`cause(of:)`).
+    public enum Told: Sendable, Equatable {
+        case nothing
+        case online
+        case offline(cause: String, words: String)
     }
 
     public var status: Status { state.value }
 
     func noteSuccess() {
+        var news: SyncEvent?
         state.update {
             $0.lastError = nil
             $0.lastSync = Date()
             $0.initialSyncDone = true
+            switch $0.told {
+            case .online: break
+            case .nothing: news = SyncEvent(reason: .online, keys: [], message: "in sync with \(remote.description)")
+            case .offline(_, let words):
+                news = SyncEvent(reason: .online, keys: [], message: "back in sync with \(remote.description), after: \(words)")
+            }
+            $0.told = .online
         }
+        if let news { onEvent(news) }
     }
 
     /// A round or a push that failed: reported in the status, and a gap when the remote's
     /// (`noteGap`).
     func noteFailure(_ error: any Error) {
-        state.update { $0.lastError = String(describing: error) }
+        let words = String(describing: error)
+        let cause = Self.cause(of: error)
+        var news: SyncEvent?
+        state.update {
+            $0.lastError = words
+            if case .offline(cause, _) = $0.told { return }
+            $0.told = .offline(cause: cause, words: words)
+            news = SyncEvent(reason: .offline, keys: [], message: words)
+        }
+        if let news { onEvent(news) }
         noteGap(after: error)
+    }
+
+    /// What makes two failures the same for the log: the kind of failure, not its words,
+    /// which change with every retry (a wait, a count).
+    static func cause(of error: any Error) -> String {
+        guard let error = error as? CloudError else { return String(describing: error) }
+        switch error {
+        case .unreachable(let how, _): return "unreachable \(how)"
+        case .busy: return "busy"
+        case .notAuthorized(let reason): return "token \(reason)"
+        case .refused: return "refused"
+        case .unavailable(let reason): return "unavailable \(reason)"
+        case .cursorAhead, .historyDiffers, .historyMismatch: return "history"
+        case .invalidStoreName: return error.description
+        }
     }
 
     /// Records an incident (see `Status.lastIncident`) and reports it as a `remote-reset` event

@@ -8,6 +8,11 @@ struct CommandFailure: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
+/// "1 key", "2 keys": a count and its noun, singular when one.
+func counted(_ count: Int, _ noun: String) -> String {
+    count == 1 ? "1 \(noun)" : "\(count) \(noun)s"
+}
+
 func isValidStoreID(_ id: String) -> Bool { StoreLocation.isValidStoreID(id) }
 
 /// What an errno from a mount means for the value being written, in the store's terms.

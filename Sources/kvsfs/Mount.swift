@@ -56,6 +56,8 @@ struct Mount: ParsableCommand {
             completion: .file(extensions: ["plist"]))
     var defaultsFile: String?
 
+    @OptionGroup var log: LogOptions
+
     func validate() throws {
         guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
         for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
@@ -75,6 +77,7 @@ struct Mount: ParsableCommand {
     }
 
     func run() throws {
+        log.bootstrap()
         Readiness.takeStarterPipe()
         do {
             try mountAndServe()
@@ -120,6 +123,7 @@ struct Mount: ParsableCommand {
         }
 
         let remote = try makeRemote(dataDirectory: dataDirectory, limits: newLimits)
+        logger.info("\(startLine(store: keyValueStore, dataDirectory: dataDirectory, mountpoint: path, remote: remote))")
         let sync = try remote.map { remote in
             try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
                           eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path, logger: logger)
@@ -168,6 +172,19 @@ struct Mount: ParsableCommand {
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
         logger.info("unmounted cleanly: every acknowledged write is committed")
+    }
+
+    /// What the mount says as it starts: the store, where it lives and what it holds, the
+    /// remote, the format and the quotas, so that a store kept from before is noticed.
+    private func startLine(store keyValueStore: KeyValueStore, dataDirectory: URL, mountpoint: String,
+                           remote: ChangeLogRemote?) -> String {
+        let usage = keyValueStore.usage
+        let kept = usage.keys == 0 ? "no keys yet" : "\(counted(usage.keys, "key")) (\(counted(usage.bytes, "byte"))) kept from before"
+        let limits = keyValueStore.limits
+        return "mounting store '\(store.storeID)' of \(dataDirectory.path) on \(mountpoint)\(readOnly ? " read-only" : ""): \(kept); "
+            + "remote \(remote?.description ?? "none"); values shown as \(format); "
+            + "quotas: \(counted(limits.totalBytes, "byte")) in all, \(limits.valueBytes) per value, "
+            + "\(counted(limits.keys, "key")), key names of \(limits.keyNameBytes) bytes"
     }
 
     /// The remote `--remote` names; nil for none.

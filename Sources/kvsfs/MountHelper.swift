@@ -62,10 +62,10 @@ struct MountOptions {
         "remote": "--remote", "data_dir": "--data-dir", "token_file": "--token-file", "tls_ca": "--tls-ca",
         "format": "--format", "quota_total": "--quota-total", "quota_value": "--quota-value",
         "quota_keys": "--quota-keys", "quota_key_length": "--quota-key-length", "defaults": "--defaults",
-        "history_versions": "--history-versions", "history_days": "--history-days",
+        "history_versions": "--history-versions", "history_days": "--history-days", "log_level": "--log-level",
     ]
     /// Options without a value, and the `kvsfs mount` flag each stands for.
-    static let flags: [String: String] = ["allow_other": "--allow-other", "ro": "--read-only"]
+    static let flags: [String: String] = ["allow_other": "--allow-other", "ro": "--read-only", "debug": "-d"]
     /// What mount(8), fstab and mount.fuse3 pass along that means nothing more here: a FUSE
     /// mount is always nodev and nosuid, and `rw` is the default.
     static let ignored: Swift.Set<String> = [

@@ -55,7 +55,18 @@ final class MountSync: MountSynchronizer {
         applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
         engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
             Self.append(event, to: events, store: store, logger: logger)
+            let message = event.message ?? ""
             switch event.reason {
+            case .online:
+                logger.info("online: \(message)")
+            case .offline:
+                logger.warning("offline: \(message); writes stay pending until the remote answers")
+            case .remoteReset:
+                logger.warning("the remote's history is not the one this mount saw: \(message)")
+            case .conflict:
+                logger.notice("kept \(counted(event.keys.count, "conflict")) (kvsfs conflicts lists them): \(event.keys)")
+            case .quotaViolation:
+                logger.warning("the remote refused local writes to \(event.keys), rolled back to its values: \(message)")
             case .refusedRemoteChange:
                 logger.warning("a change from the remote was refused: \(event.message ?? "")")
             case .pushDeferred:
@@ -127,14 +138,32 @@ final class MountSync: MountSynchronizer {
     private func wait(for work: @escaping @Sendable () async throws -> Void) throws {
         do {
             try waits.run(work)
-        } catch let error as SyncFailure {
-            throw error
-        } catch let error as CloudError where error.retryAfter != nil {
-            throw SyncFailure.busy(error.description)
-        } catch CloudError.notAuthorized(let reason) {
-            throw SyncFailure.authorizationRefused(reason)
         } catch {
-            throw SyncFailure.unreachable(String(describing: error))
+            throw Self.failure(error)
+        }
+    }
+
+    /// The mount's failure an error of the remote is: the one map from the remote's errors to
+    /// what a sync through the mount fails with (and so to its errno, `ErrnoMapping`).
+    static func failure(_ error: any Error) -> SyncFailure {
+        switch error {
+        case let error as SyncFailure: return error
+        case let error as CloudError:
+            switch error {
+            case .busy: return .busy(error.description)
+            case .notAuthorized(let reason): return .authorizationRefused(reason)
+            case .unreachable(let cause, let words):
+                switch cause {
+                case .connectionRefused: return .connectionRefused(words)
+                case .timedOut: return .timedOut(words)
+                case .noRoute: return .unreachable(words)
+                case .notTrusted: return .notTrusted(words)
+                case .connectionLost: return .connectionLost(words)
+                }
+            case .unavailable(let reason): return .unreachable(reason)
+            default: return .unavailable(error.description)
+            }
+        default: return .unavailable(String(describing: error))
         }
     }
 

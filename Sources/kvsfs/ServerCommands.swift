@@ -27,6 +27,12 @@ struct DatabaseOptions: ParsableArguments {
         }
     }
 
+    /// The database as the log shows it: never a password.
+    var shownLocation: String {
+        if let path = sqlitePath { return path }
+        return (try? PostgresLocation(url: database)).map { "\($0)" } ?? "PostgreSQL"
+    }
+
     private var sqlitePath: String? {
         database.hasPrefix("sqlite:///") ? String(database.dropFirst("sqlite://".count)) : nil
     }
@@ -37,8 +43,10 @@ struct DatabaseOptions: ParsableArguments {
             if let path = sqlitePath { return try SQLiteServerStorage(path: path, admission: admission) }
             return try await PostgresServerStorage.open(try PostgresLocation(url: database), logger: logger, admission: admission)
         } catch let error as CloudError {
-            guard case .unavailable(let reason) = error else { throw CommandFailure(error.description) }
-            throw CommandFailure("cannot open the database: \(reason)")
+            switch error {
+            case .unavailable(let reason), .unreachable(_, let reason): throw CommandFailure("cannot open the database: \(reason)")
+            default: throw CommandFailure(error.description)
+            }
         }
     }
 
@@ -89,6 +97,8 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("tls-key"), help: "The private key (PEM) of --tls-cert.")
     var tlsKey: String?
 
+    @OptionGroup var log: LogOptions
+
     func validate() throws {
         guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 or more") }
@@ -105,10 +115,11 @@ struct Serve: ParsableCommand {
 
     func run() throws {
         ProcessLimits.allowManyOpenFiles()
-        var logger = Logger(label: "kvsfs.serve")
-        logger.logLevel = .info
-        let (host, port) = address!
+        log.bootstrap()
+        let logger = Logger(label: "kvsfs.serve")
         let certificate = tlsCertificate.map { ServerCertificate(certificatePath: $0, keyPath: tlsKey!) }
+        let (host, port) = address!
+        let place = "\(certificate == nil ? "http" : "https")://\(host):\(port) (TLS \(certificate == nil ? "off" : "on"))"
         let admission = AdmissionPolicy(stamps: StampRule(skew: Int64(maxClockSkew) * 1000))
         let idleTimeout = Duration.milliseconds(max(1, Int64((idleTimeout * 1000).rounded())))
         try waitFor { [database, rateLimit, logger] in
@@ -117,7 +128,10 @@ struct Serve: ParsableCommand {
             let app: any ApplicationProtocol
             do {
                 app = try server.application(host: host, port: port, certificate: certificate, idleTimeout: idleTimeout, logger: logger,
-                                             listening: { Readiness.ready() })
+                                             listening: {
+                                                 logger.info("serving on \(place); database \(database.shownLocation)")
+                                                 Readiness.ready()
+                                             })
             } catch {
                 await storage.close()
                 throw CommandFailure(String(describing: error))
@@ -127,6 +141,7 @@ struct Serve: ParsableCommand {
                 signal(signalNumber, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
                 source.setEventHandler {
+                    logger.notice("\(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"): finishing the requests in progress, then stopping")
                     Readiness.stopping()
                     server.notifier.close()
                 }
@@ -139,6 +154,7 @@ struct Serve: ParsableCommand {
             follower.cancel()
             await follower.value
             await storage.close()
+            logger.info("stopped")
             withExtendedLifetime(shutdown) {}
         }
     }

@@ -206,6 +206,9 @@ public final class ServerProcess: @unchecked Sendable {
     public let database: String
     public let extraArguments: [String]
     public private(set) var process: Process
+    /// Where the server's standard output and error go, across restarts: a file of its own,
+    /// so that a test can read what the server said.
+    public let logPath: String
     /// http://127.0.0.1:PORT, or https://localhost:PORT when serving TLS.
     public var url: String { extraArguments.contains("--tls-cert") ? "https://localhost:\(port)" : "http://127.0.0.1:\(port)" }
 
@@ -215,6 +218,7 @@ public final class ServerProcess: @unchecked Sendable {
         self.database = database
         self.extraArguments = extraArguments
         self.port = port ?? ServerProcess.freePort()
+        logPath = NSTemporaryDirectory() + "kvsfs-serve-\(self.port)-\(UUID().uuidString.prefix(8)).log"
         process = Process()
         try start()
     }
@@ -224,9 +228,13 @@ public final class ServerProcess: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(fileURLWithPath: kvsfsBinary)
         process.arguments = ["serve", "--listen", "127.0.0.1:\(port)", "--database", database] + extraArguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        let descriptor = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw DaemonError(description: "cannot open the server's log \(logPath)") }
+        let log = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        process.standardOutput = log
+        process.standardError = log
         try withSignalsUnblocked { try process.run() }
+        try? log.close()
         let deadline = Date().addingTimeInterval(20)
         while (try? shell("curl -sfk \(url)/health", timeout: 5))?.status != 0 {
             if !process.isRunning { throw DaemonError(description: "kvsfs serve exited with status \(process.terminationStatus)") }
@@ -245,7 +253,15 @@ public final class ServerProcess: @unchecked Sendable {
         return process.terminationStatus
     }
 
-    deinit { stop() }
+    deinit {
+        stop()
+        unlink(logPath)
+    }
+
+    /// What the server has said so far, across its restarts.
+    public func logText() -> String {
+        (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+    }
 
     /// Runs a `kvsfs account` or `kvsfs token` command on this server's database; returns its output.
     public func admin(_ arguments: [String]) throws -> String {
@@ -314,4 +330,23 @@ public struct TestDatabase: Sendable {
         guard result.status == 0 else { throw DaemonError(description: "psql \(statement): \(result)") }
         return result
     }
+}
+
+/// Writes a sync token to `path`, readable by its owner alone, as `--token-file` wants it.
+public func writeTokenFile(_ token: String, to path: String) throws {
+    try (token + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+    guard chmod(path, 0o600) == 0 else { throw DaemonError(description: "cannot chmod the token file \(path)") }
+}
+
+/// The errno fsync(2) of `path` fails with, as a process sees it; 0 when it succeeds.
+public func fsyncErrno(_ path: String) throws -> Int32 {
+    let result = try run("/usr/bin/python3", ["-c", """
+        import os, sys
+        fd = os.open(sys.argv[1], os.O_RDONLY)
+        try:
+            os.fsync(fd); print(0)
+        except OSError as e:
+            print(e.errno)
+        """, path], timeout: 90)
+    return Int32(result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
 }

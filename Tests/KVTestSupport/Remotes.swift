@@ -85,7 +85,11 @@ public final class EventRecorder: Sendable {
     private let recorded = Mutex<[SyncEvent]>([])
     public init() {}
     public func record(_ event: SyncEvent) { recorded.withLock { $0.append(event) } }
-    public var events: [SyncEvent] { recorded.withLock { $0 } }
+    /// The events of changes, as the tests of changes look at them: without `online` and
+    /// `offline`, which tell the remote's standing (those are in `all`).
+    public var events: [SyncEvent] { all.filter { $0.reason != .online && $0.reason != .offline } }
+    /// Every event, in the order the engine said them.
+    public var all: [SyncEvent] { recorded.withLock { $0 } }
 }
 
 /// Waits until `condition` holds, for at most `seconds`; returns whether it held. The default
