@@ -36,6 +36,7 @@ sync   # a fresh build leaves ~200 MB to write back, which would stall the measu
 
 
 mkdir -p "$work"/{tmpfs,memfs,kvsfs,data}
+chmod 0700 "$work/data"   # a data directory that group or others may write is refused
 mount -t tmpfs tmpfs "$work/tmpfs"
 "$work/memfs_ll" "$work/memfs" & pids+=($!)
 "$kvsfs" mount "$work/kvsfs" --data-dir "$work/data" ${KVSFS_MOUNT_OPTIONS:-} & kvsfs_pid=$!; pids+=($kvsfs_pid)

@@ -29,7 +29,7 @@ remote_b=$remote
 if [ "$via" != file ]; then
     database="sqlite://$work/cloud/server.sqlite"
     if [ "$via" = postgres ]; then bench_postgres_database; fi
-    "$kvsfs" account create bench --database "$database" > "$work/token"
+    (umask 077; "$kvsfs" account create bench --database "$database" > "$work/token")   # a token file others may read is refused
     "$kvsfs" serve --listen 127.0.0.1:18781 --database "$database" 2>/dev/null & pids+=($!)
     remote=http://127.0.0.1:18781
     remote_b=$remote

@@ -17,6 +17,7 @@ let pidFile = options.work + "/daemon.pid"
 let logPath = options.work + "/daemon.log"
 try? FileManager.default.createDirectory(atPath: mountpoint, withIntermediateDirectories: true)
 try? FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+_ = chmod(dataDirectory, 0o700)  // a data directory that group or others may write is refused
 _ = FileManager.default.createFile(atPath: logPath, contents: nil)
 guard let log = FileHandle(forWritingAtPath: logPath) else { fatalError("cannot write \(logPath)") }
 

@@ -101,6 +101,7 @@ struct Mount: ParsableCommand {
         } catch {
             throw CommandFailure("cannot create the data directory \(dataDirectory.path): \(error.localizedDescription)")
         }
+        try OwnFiles.checkDataDirectory(dataDirectory.path)
         let lock: StoreLock
         do {
             lock = try StoreLock(location: location)
@@ -209,12 +210,7 @@ struct Mount: ParsableCommand {
     /// The server token, from --token-file or $KVSFS_TOKEN (never from the command line,
     /// where other users could read it).
     private func token() throws -> String {
-        if let tokenFile {
-            guard let text = try? String(contentsOfFile: tokenFile, encoding: .utf8) else {
-                throw CommandFailure("cannot read the token file \(tokenFile)")
-            }
-            return text.trimmingCharacters(in: .whitespacesAndNewlines)
-        }
+        if let tokenFile { return try OwnFiles.readToken(tokenFile) }
         if let token = ProcessInfo.processInfo.environment["KVSFS_TOKEN"], !token.isEmpty { return token }
         throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN")
     }

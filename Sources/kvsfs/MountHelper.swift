@@ -43,6 +43,9 @@ struct MountHelper: ParsableCommand {
         }
         let dataDirectory = options.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // Checked before the daemon's log is opened there: a link another user planted in the
+        // directory must not take the log (it is also opened with O_NOFOLLOW).
+        try OwnFiles.checkDataDirectory(dataDirectory.path)
         let log = dataDirectory.appendingPathComponent("\(store).log").path
         let daemon = try StartingDaemon.spawn(["kvsfs", "mount"] + options.arguments, log: log)
         try daemon.awaitReady(within: Self.startTimeout)

@@ -35,7 +35,7 @@ struct AccountGenerationTests {
         try withTestServer { fixture in
             let server = fixture.server
             let bob = try server.admin(["account", "create", "bob"])
-            try bob.write(toFile: fixture.directory.path + "/bob-token", atomically: true, encoding: .utf8)
+            try writeTokenFile(bob, to: fixture.directory.path + "/bob-token")
             let a = try fixture.mount("a")
             let written = try shell("""
                 for i in 1 2 3 4 5; do echo $i > \(a.path("k$i")); done

@@ -142,7 +142,7 @@ struct KeyHistoryTests {
             #expect(reverted.status == 0 && reverted.standardOutput == "light\n", "A reads the revert B made: \(reverted)")
 
             let reader = try fixture.server.admin(["token", "create", "alice", "--store", "default", "--read-only"])
-            try reader.write(toFile: fixture.directory.path + "/reader", atomically: true, encoding: .utf8)
+            try writeTokenFile(reader, to: fixture.directory.path + "/reader")
             let c = try DaemonMount(mountpoint: fixture.directory.subdirectory("c"), dataDirectory: fixture.directory.subdirectory("data-c"),
                                     extraArguments: ["--remote", fixture.server.url, "--token-file", fixture.directory.path + "/reader"])
             defer { c.stop() }

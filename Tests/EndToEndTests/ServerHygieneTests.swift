@@ -15,7 +15,7 @@ struct ServerHygieneTests {
         let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite", extraArguments: extraArguments)
         defer { server.stop() }
         let token = try server.admin(["account", "create", "alice"])
-        try token.write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        try writeTokenFile(token, to: dir.path + "/token")
         try body(server, token, dir)
     }
 

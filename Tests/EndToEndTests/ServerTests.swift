@@ -188,7 +188,7 @@ struct ServerTests {
     func readOnlyMount() throws {
         try withServerAndMounts { (server, _, a, _, dir) throws in
             let reader = try server.admin(["token", "create", "alice", "--store", "default", "--read-only"])
-            try reader.write(toFile: dir.path + "/reader", atomically: true, encoding: .utf8)
+            try writeTokenFile(reader, to: dir.path + "/reader")
             let c = try mount("c", of: server, tokenFile: dir.path + "/reader", in: dir)
             defer { c.stop() }
             let result = try shell("""
@@ -217,7 +217,7 @@ struct ServerTests {
         defer { one.stop() }
         let two = try ServerProcess(database: database.url)
         defer { two.stop() }
-        try one.admin(["account", "create", "alice"]).write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        try writeTokenFile(one.admin(["account", "create", "alice"]), to: dir.path + "/token")
         let a = try mount("a", of: one, tokenFile: dir.path + "/token", in: dir)
         defer { a.stop() }
         let b = try mount("b", of: two, tokenFile: dir.path + "/token", in: dir)
@@ -266,7 +266,7 @@ struct ServerTests {
         let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite",
                                        extraArguments: ["--tls-cert", dir.path + "/cert.pem", "--tls-key", dir.path + "/key.pem"])
         defer { server.stop() }
-        try server.admin(["account", "create", "alice"]).write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        try writeTokenFile(server.admin(["account", "create", "alice"]), to: dir.path + "/token")
         let trust = ["--tls-ca", dir.path + "/cert.pem"]
         let a = try mount("a", of: server, tokenFile: dir.path + "/token", in: dir, extraArguments: trust)
         defer { a.stop() }

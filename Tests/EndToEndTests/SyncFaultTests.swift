@@ -12,7 +12,7 @@ struct SyncFaultTests {
         let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite")
         defer { server.stop() }
         let token = try server.admin(["account", "create", "alice"])
-        try token.write(toFile: dir.path + "/token", atomically: true, encoding: .utf8)
+        try writeTokenFile(token, to: dir.path + "/token")
         func mount(_ name: String) throws -> DaemonMount {
             try DaemonMount(mountpoint: dir.subdirectory(name), dataDirectory: dir.subdirectory("data-" + name),
                             extraArguments: ["--remote", server.url, "--token-file", dir.path + "/token"])

@@ -18,6 +18,8 @@ public struct TemporaryDirectory: Sendable {
     public func subdirectory(_ name: String) -> String {
         let sub = (path as NSString).appendingPathComponent(name)
         try? FileManager.default.createDirectory(atPath: sub, withIntermediateDirectories: true)
+        // Whatever the umask: a data directory that group or others may write is refused.
+        _ = chmod(sub, 0o755)
         return sub
     }
 

@@ -29,7 +29,7 @@ public func withTestServer<T>(_ backend: ServerBackend = .sqlite, label: String 
     let server = try ServerProcess(database: database.url, extraArguments: extraArguments)
     defer { server.stop() }
     let token = try server.admin(["account", "create", "alice"])
-    try token.write(toFile: directory.path + "/token", atomically: true, encoding: .utf8)
+    try writeTokenFile(token, to: directory.path + "/token")
     return try body(ServerFixture(server: server, database: database, token: token, directory: directory))
 }
 
