@@ -55,6 +55,9 @@ struct ControlConnection {
     static let maximumRequestBytes = 64 << 10
     /// The most bytes of the property list an import sends after its request.
     static let maximumImportBytes = 64 << 20
+    /// What one receive takes at most: a message's memory grows with the bytes that came,
+    /// not with the length its header announces.
+    static let chunkBytes = 64 << 10
     /// An answer's most bytes: a whole store as a property list.
     static let maximumAnswerBytes = 1 << 30
 
@@ -104,15 +107,17 @@ struct ControlConnection {
     }
 
     private func readExactly(_ count: Int) throws(Failure) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var received = 0
-        while received < count {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(min(count, Self.chunkBytes))
+        var chunk = [UInt8](repeating: 0, count: min(count, Self.chunkBytes))
+        while bytes.count < count {
             try armTimeout(SO_RCVTIMEO)
-            let got = bytes[received...].withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
+            let wanted = min(chunk.count, count - bytes.count)
+            let got = chunk.withUnsafeMutableBytes { recv(socket, $0.baseAddress, wanted, 0) }
             if got < 0, errno == EINTR || errno == EAGAIN { continue }
             if got == 0 { throw .closed }
             guard got > 0 else { throw .system(String(cString: strerror(errno))) }
-            received += got
+            bytes.append(contentsOf: chunk[..<got])
         }
         return bytes
     }

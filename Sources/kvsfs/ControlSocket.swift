@@ -5,6 +5,7 @@ import KVCloud
 import KVStore
 import KVSync
 import Logging
+import Synchronization
 
 /// The mount's side of the control socket: a thread that takes one connection at a time from
 /// the mounting user (or root), reads one request, answers and closes.
@@ -24,6 +25,21 @@ final class ControlSocket: @unchecked Sendable {
     private let logger: Logger
     /// Signalled when the serving thread has ended, its last request answered.
     private let ended = DispatchSemaphore(value: 0)
+    /// Where the serving thread is, so that `stop` can cut a connection that only talks.
+    private let serving = Mutex(Serving.waiting)
+
+    /// What the serving thread does.
+    private enum Serving {
+        /// Waiting for a connection.
+        case waiting
+        /// Reading a request from, or answering, this connection: cut at unmount, so that a
+        /// peer that sends nothing cannot hold the unmount for its deadline.
+        case exchanging(Int32)
+        /// Acting on a request read whole: finished before the store closes.
+        case working
+        /// Unmounting: no more connections.
+        case stopped
+    }
     /// How long one connection may take to send its request or read its answer.
     static let connectionDeadline = 10
 
@@ -55,6 +71,10 @@ final class ControlSocket: @unchecked Sendable {
     /// Stops taking connections, removes the socket, and waits for the request being
     /// answered, if any: an import is in the store, or refused, before the store is closed.
     func stop() {
+        serving.withLock { state in
+            if case .exchanging(let connection) = state { _ = shutdown(connection, Int32(SHUT_RDWR)) }
+            state = .stopped
+        }
         _ = shutdown(listener, Int32(SHUT_RDWR))
         _ = unlink(address.path)
         ended.wait()
@@ -70,8 +90,22 @@ final class ControlSocket: @unchecked Sendable {
                 return
             }
             _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            guard moving(to: .exchanging(connection)) else {
+                close(connection)
+                continue  // stopped: the listener is shut down, and accept ends the loop
+            }
             answer(connection)
+            _ = moving(to: .waiting)
             close(connection)
+        }
+    }
+
+    /// Moves the serving thread to `next`, unless the socket is stopped; returns whether it moved.
+    private func moving(to next: Serving) -> Bool {
+        serving.withLock { state in
+            if case .stopped = state { return false }
+            state = next
+            return true
         }
     }
 
@@ -93,6 +127,8 @@ final class ControlSocket: @unchecked Sendable {
             // whose data is left unread sees a reset connection, not the refusal.
             let body = request.command == .import ? try incoming.read(limit: ControlConnection.maximumImportBytes) : []
             try checkDevice(request.device)
+            guard moving(to: .working) else { throw CommandFailure("the mount is being unmounted") }
+            defer { _ = moving(to: .exchanging(socket)) }
             reply = ControlAnswer.success(try perform(request, body: body))
         } catch let failure as ControlConnection.Failure {
             logger.warning("a control request was not read whole: \(failure)")
@@ -213,8 +249,8 @@ final class ControlSocket: @unchecked Sendable {
         }
         do {
             return try answer.get()
-        } catch CloudError.unavailable(let reason) {
-            throw CommandFailure("the remote could not answer: \(reason)")
+        } catch let error as CloudError {
+            throw CommandFailure("the remote could not answer: \(error.reason)")
         } catch {
             throw CommandFailure("the remote could not answer: \(error)")
         }
