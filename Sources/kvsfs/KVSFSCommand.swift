@@ -14,9 +14,18 @@ struct KVSFSCommand: ParsableCommand {
     )
 
     /// `kvsfs STORE MOUNTPOINT ...` is the mount(8) form (`MountHelper`); every other command
-    /// line names a subcommand.
+    /// line names a subcommand. `kvsfs mount`'s `-o` options are the mount(8) form's, rewritten
+    /// through its table before parsing.
     static func main() {
         let arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first == Mount._commandName {
+            do {
+                main([arguments[0]] + (try MountOptions.expanding(Array(arguments.dropFirst()))))
+            } catch {
+                exit(withError: error)
+            }
+            return
+        }
         if let first = arguments.first, !first.hasPrefix("-"), arguments.count >= 2, first != "help",
            !configuration.subcommands.contains(where: { $0._commandName == first }) {
             MountHelper.main(arguments)

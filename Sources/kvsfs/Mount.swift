@@ -9,10 +9,19 @@ import Logging
 
 struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Mount a store on MOUNTPOINT and serve it in the foreground until unmounted.")
+        abstract: "Mount a store on MOUNTPOINT and serve it in the foreground until unmounted.",
+        discussion: MountOptions.spellings)
 
     @Argument(help: "An existing, empty directory.")
     var mountpoint: String
+
+    /// Never set by parsing: `KVSFSCommand.main` has rewritten each `-o` into the options it
+    /// stands for (`MountOptions.expanding`); declared for `--help` and completion.
+    @Option(name: .short, help: ArgumentHelp("Mount options, comma-separated, as the mount(8) form takes them (see below).", valueName: "opt[,opt...]"))
+    var o: [String] = []
+
+    @Flag(name: .short, help: "Accepted for mount(8)'s sake: kvsfs mount always serves in the foreground.")
+    var f = false
 
     @OptionGroup var store: StoreOptions
 
@@ -59,6 +68,8 @@ struct Mount: ParsableCommand {
     @OptionGroup var log: LogOptions
 
     func validate() throws {
+        // Only a -o inside a group of short flags (-fo) reaches the parser.
+        if !o.isEmpty { throw ValidationError("give -o as an argument of its own: -o OPT[,OPT...]") }
         guard ValueFormat(rawValue: format) != nil else { throw ValidationError("--format must be xml or binary") }
         for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
             if let value, value < 1 { throw ValidationError("\(name) must be a positive number") }

@@ -12,7 +12,8 @@ import KVStore
 struct MountHelper: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "kvsfs STORE MOUNTPOINT",
-        abstract: "Mount store STORE on MOUNTPOINT in the background, as mount(8) does (see MOUNT(8) AND FSTAB in kvsfs(1)).")
+        abstract: "Mount store STORE on MOUNTPOINT in the background, as mount(8) does (see MOUNT(8) AND FSTAB in kvsfs(1)).",
+        discussion: MountOptions.spellings)
 
     @Argument(help: "The store's id.")
     var store: String
@@ -52,9 +53,10 @@ struct MountHelper: ParsableCommand {
     }
 }
 
-/// The `-o` options of the mount(8) form, as `kvsfs mount` arguments. Every `kvsfs mount`
-/// option has its spelling here; the generic options mount(8) and fstab pass along are taken
-/// and ignored; anything else is refused by name.
+/// The `-o` options of the mount(8) form and of `kvsfs mount`, as `kvsfs mount` arguments:
+/// the one table of their spellings. Every `kvsfs mount` option has its spelling here; the
+/// generic options mount(8) and fstab pass along are taken and ignored; anything else is
+/// refused by name.
 struct MountOptions {
     private(set) var arguments: [String]
     private(set) var foreground = false
@@ -77,8 +79,15 @@ struct MountOptions {
         "_netdev", "nofail", "sync", "async",
     ]
 
+    /// The mount(8) form's arguments: `--store STORE MOUNTPOINT` and what `options` stand for.
     init(store: String, mountpoint: String, options: String) throws {
-        arguments = ["--store", store, mountpoint]
+        try self.init(options: options)
+        arguments = ["--store", store, mountpoint] + arguments
+    }
+
+    /// The `kvsfs mount` arguments a comma-separated list of options stands for.
+    init(options: String) throws {
+        arguments = []
         for option in options.split(separator: ",", omittingEmptySubsequences: true).map(String.init) {
             let (name, value) = option.firstIndex(of: "=").map { (String(option[..<$0]), String(option[option.index(after: $0)...])) }
                 ?? (option, nil)
@@ -96,5 +105,52 @@ struct MountOptions {
                 throw CommandFailure("unknown mount option '\(option)'\(Self.valued[name] != nil ? ": it needs a value" : "")")
             }
         }
+    }
+
+    /// `kvsfs mount`'s arguments with each `-o LIST` (or `-oLIST`) replaced by the long options
+    /// it stands for, before they are parsed; everything else, `-f` included, is left as it
+    /// is: the value of a long option (a path may begin with -o) and all after `--`.
+    /// `foreground` is taken and means nothing more: `kvsfs mount` always serves in the
+    /// foreground.
+    static func expanding(_ arguments: [String]) throws -> [String] {
+        let takingValues = Swift.Set(valued.values).union(["--store"])
+        var expanded = [String]()
+        var remaining = arguments[...]
+        while let argument = remaining.popFirst() {
+            if argument == "--" {
+                return expanded + [argument] + remaining
+            } else if takingValues.contains(argument) {
+                expanded.append(argument)
+                if let value = remaining.popFirst() { expanded.append(value) }
+            } else if argument == "-o" {
+                guard let list = remaining.popFirst() else { throw CommandFailure("-o needs mount options, e.g. -o ro,quota_keys=3") }
+                expanded += try MountOptions(options: list).arguments
+            } else if argument.hasPrefix("-o"), argument.count > 2 {
+                // getopt's attached form, as in -oro,quota_keys=3: no kvsfs mount option begins with -o.
+                expanded += try MountOptions(options: String(argument.dropFirst(2))).arguments
+            } else {
+                expanded.append(argument)
+            }
+        }
+        return expanded
+    }
+
+    /// The table as `--help` shows it: each `-o` option beside the `kvsfs mount` option it
+    /// stands for.
+    static var spellings: String {
+        let rows = flags.map { ($0.key, $0.value) } + valued.map { ("\($0.key)=VALUE", "\($0.value) VALUE") }
+            + [("foreground", "(kvsfs mount always serves in the foreground)")]
+        let width = rows.map(\.0.count).max() ?? 0
+        let lines = rows.sorted { $0.0 < $1.0 }.map { $0.0.padding(toLength: width + 2, withPad: " ", startingAt: 0) + $0.1 }
+        return """
+            kvsfs mount MOUNTPOINT -o OPTIONS and the mount(8) form kvsfs STORE MOUNTPOINT -o OPTIONS take the same \
+            options, comma-separated, each standing for a kvsfs mount option; mount(8)'s generic options (rw, nosuid, \
+            _netdev, x-*, ...) are accepted and ignored, anything else is refused:
+
+            \(lines.joined(separator: "\n"))
+
+            kvsfs mount serves in the foreground (-f is accepted and changes nothing); the mount(8) form serves in \
+            the background once the mount answers, unless -f or foreground is given. See MOUNT(8) AND FSTAB in kvsfs(1).
+            """
     }
 }

@@ -4,21 +4,32 @@ import KVStore
 
 struct Get: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print a key's value: a scalar plainly, a container as an XML property list.")
+        abstract: "Print a key's value, or a member inside it: a scalar plainly, a container as an XML property list.",
+        discussion: "The key path names a member as `plutil -extract` does: dictionary keys and array indexes joined by dots, e.g. servers.0.port.")
 
     @Argument(help: "A key's file in a kvsfs mount.")
     var path: String
 
-    @Flag(help: "Print the value as JSON, as `plutil -convert json` does (a date or data value has no JSON form).")
+    @Argument(help: "A member inside the value, e.g. servers.0.port (an array index is a decimal number).")
+    var keyPath: String?
+
+    @Flag(help: "Print the value (or the member) as JSON, as `plutil -convert json` does (a date or data value has no JSON form).")
     var json = false
 
     func run() throws {
         let bytes = try ValueFile.read(try KeyFile(path).path)
-        let value: PropertyListValue
+        var value: PropertyListValue
         do {
             value = try PropertyListCodec.decode(bytes)
         } catch {
             throw CommandFailure("\(path): \(error)")
+        }
+        if let keyPath {
+            do {
+                value = try value.member(at: PropertyListKeyPath(keyPath))
+            } catch {
+                throw CommandFailure("\(path): \(error)")
+            }
         }
         guard json else {
             print(try ValueText.plain(value), terminator: "")
@@ -35,9 +46,16 @@ struct Get: ParsableCommand {
 struct Set: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Write a typed value to a key, in the manner of `defaults write`.",
-        discussion: "Give exactly one of the typed options, e.g. `kvsfs set ~/kv/volume -int 3`.")
+        discussion: """
+            Give exactly one of the value options, e.g. `kvsfs set ~/kv/volume -int 3`. The members of -array, -dict, \
+            -array-add and -dict-add (everything after the option) are strings, or typed as `defaults` types them: \
+            `kvsfs set ~/kv/server -dict port -int 8080 name -string x` (-string, -int/-integer, -real/-float, \
+            -bool/-boolean, -date, -data; -data is base64, where defaults takes hex). -array-add and -dict-add read \
+            the key's array or dictionary, add to it and write it whole: a change made between the read and the write \
+            is replaced, as with `defaults`.
+            """)
 
-    @Argument(help: "A file in a mount.")
+    @Argument(help: "A key's file in a kvsfs mount.")
     var path: String
 
     @Option(name: .customLong("string", withSingleDash: true)) var string: String?
@@ -46,8 +64,17 @@ struct Set: ParsableCommand {
     @Option(name: .customLong("bool", withSingleDash: true), help: "true, false, yes, no, 1 or 0.") var boolean: String?
     @Option(name: .customLong("date", withSingleDash: true), help: "ISO 8601, e.g. 2026-11-22T10:00:00Z.") var date: String?
     @Option(name: .customLong("data", withSingleDash: true), help: "Base64.") var data: String?
-    @Option(name: .customLong("array", withSingleDash: true), parsing: .upToNextOption, help: "Strings.") var array: [String] = []
-    @Option(name: .customLong("dict", withSingleDash: true), parsing: .upToNextOption, help: "Key and string value pairs.") var dictionary: [String] = []
+    @Option(name: .customLong("array", withSingleDash: true), parsing: .remaining,
+            help: ArgumentHelp("Members: strings, or typed, e.g. -int 3.", valueName: "member")) var array: [String] = []
+    @Option(name: .customLong("dict", withSingleDash: true), parsing: .remaining,
+            help: ArgumentHelp("Key and value pairs, a value a string or typed, e.g. port -int 8080.", valueName: "key-value")) var dictionary: [String] = []
+    @Option(name: .customLong("array-add", withSingleDash: true), parsing: .remaining,
+            help: ArgumentHelp("Members to append to the key's array (a new array if the key has no value).", valueName: "member"))
+    var arrayAdditions: [String] = []
+    @Option(name: .customLong("dict-add", withSingleDash: true), parsing: .remaining,
+            help: ArgumentHelp("Key and value pairs to add to the key's dictionary, replacing members of those keys (a new dictionary if the key has no value).",
+                               valueName: "key-value"))
+    var dictionaryAdditions: [String] = []
     @Option(name: .customLong("plist", withSingleDash: true), help: "A property-list file in any format; - for standard input.") var plist: String?
 
     @Flag(name: .customLong("empty-array", withSingleDash: true), help: "An empty array.") var emptyArray = false
@@ -55,42 +82,64 @@ struct Set: ParsableCommand {
 
     func validate() throws {
         let given = [string != nil, integer != nil, real != nil, boolean != nil, date != nil, data != nil,
-                     !array.isEmpty || emptyArray, !dictionary.isEmpty || emptyDictionary, plist != nil].filter { $0 }.count
-        if given != 1 { throw ValidationError("give exactly one value option (-string, -int, -real, -bool, -date, -data, -array, -dict, -plist)") }
-        if dictionary.count % 2 != 0 { throw ValidationError("-dict takes key and value pairs") }
+                     !array.isEmpty || emptyArray, !dictionary.isEmpty || emptyDictionary, plist != nil,
+                     !arrayAdditions.isEmpty, !dictionaryAdditions.isEmpty].filter { $0 }.count
+        if given != 1 {
+            throw ValidationError("give exactly one value option (-string, -int, -real, -bool, -date, -data, -array, -dict, -array-add, -dict-add, -plist)")
+        }
     }
 
     func run() throws {
         let key = try KeyFile(path)
-        try ValueFile.write(try PropertyListCodec.encodeXML(try value()), to: key.path)
+        let value: PropertyListValue
+        if !arrayAdditions.isEmpty {
+            let members = try DefaultsArguments.arrayMembers(arrayAdditions, option: "-array-add")
+            value = try addition(to: key) { current in
+                guard case .array(let existing) = current ?? .array([]) else { return nil }
+                return .array(existing + members)
+            }
+        } else if !dictionaryAdditions.isEmpty {
+            let members = try DefaultsArguments.dictionaryMembers(dictionaryAdditions, option: "-dict-add")
+            value = try addition(to: key) { current in
+                guard case .dictionary(let existing) = current ?? .dictionary([:]) else { return nil }
+                return .dictionary(existing.merging(members) { $1 })
+            }
+        } else {
+            value = try self.value()
+        }
+        try ValueFile.write(try PropertyListCodec.encodeXML(value), to: key.path)
+    }
+
+    /// The key's value with members added by `add`, which answers nil when the value is not of
+    /// the container type it adds to (then nothing is written). The key is read once here and
+    /// written once by the caller: a change made in between is replaced, as with `defaults`.
+    private func addition(to key: KeyFile, _ add: (PropertyListValue?) -> PropertyListValue?) throws -> PropertyListValue {
+        let current: PropertyListValue?
+        if let bytes = try ValueFile.readIfPresent(key.path) {
+            do {
+                current = try PropertyListCodec.decode(bytes)
+            } catch {
+                throw CommandFailure("\(path): \(error)")
+            }
+        } else {
+            current = nil
+        }
+        guard let added = add(current) else {
+            let (option, container) = arrayAdditions.isEmpty ? ("-dict-add", "a dictionary") : ("-array-add", "an array")
+            throw CommandFailure("\(path) holds \(current?.type.withArticle ?? "no value"), not \(container): \(option) adds to \(container); nothing was written")
+        }
+        return added
     }
 
     private func value() throws -> PropertyListValue {
         if let string { return .string(string) }
         if let integer { return integer.value }
         if let real { return .real(real) }
-        if let boolean {
-            switch boolean.lowercased() {
-            case "true", "yes", "1": return .boolean(true)
-            case "false", "no", "0": return .boolean(false)
-            default: throw CommandFailure("-bool takes true, false, yes, no, 1 or 0, not '\(boolean)'")
-            }
-        }
-        if let date {
-            let formatter = ISO8601DateFormatter()
-            guard let parsed = formatter.date(from: date) else { throw CommandFailure("-date takes ISO 8601 such as 2026-11-22T10:00:00Z, not '\(date)'") }
-            return .date(parsed)
-        }
-        if let data {
-            guard let decoded = Data(base64Encoded: data) else { throw CommandFailure("-data takes base64, and '\(data)' is not") }
-            return .data(decoded)
-        }
-        if !array.isEmpty || emptyArray { return .array(array.map { .string($0) }) }
-        if !dictionary.isEmpty || emptyDictionary {
-            var items = [String: PropertyListValue]()
-            for index in stride(from: 0, to: dictionary.count, by: 2) { items[dictionary[index]] = .string(dictionary[index + 1]) }
-            return .dictionary(items)
-        }
+        if let boolean { return try DefaultsArguments.value(.boolean, boolean, option: "-bool") }
+        if let date { return try DefaultsArguments.value(.date, date, option: "-date") }
+        if let data { return try DefaultsArguments.value(.data, data, option: "-data") }
+        if !array.isEmpty || emptyArray { return .array(try DefaultsArguments.arrayMembers(array, option: "-array")) }
+        if !dictionary.isEmpty || emptyDictionary { return .dictionary(try DefaultsArguments.dictionaryMembers(dictionary, option: "-dict")) }
         let bytes: [UInt8]
         if plist == "-" {
             bytes = [UInt8](FileHandle.standardInput.readDataToEndOfFile())
@@ -136,8 +185,17 @@ struct Delete: ParsableCommand {
 /// mount gives (at write, fsync or close) reaches the user.
 enum ValueFile {
     static func read(_ path: String) throws -> [UInt8] {
+        guard let bytes = try readIfPresent(path) else { throw CommandFailure("cannot read \(path): \(explain(ENOENT))") }
+        return bytes
+    }
+
+    /// The bytes of `path`, or nil when no file has that name.
+    static func readIfPresent(_ path: String) throws -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw CommandFailure("cannot read \(path): \(explain(errno))") }
+        guard fd >= 0 else {
+            if errno == ENOENT { return nil }
+            throw CommandFailure("cannot read \(path): \(explain(errno))")
+        }
         defer { close(fd) }
         do {
             return try readToEnd(fd)

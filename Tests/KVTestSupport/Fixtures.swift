@@ -23,6 +23,16 @@ public struct TemporaryDirectory: Sendable {
         return sub
     }
 
+    /// A new directory `name` inside, mode 0700 whatever the umask: for a daemon's mountpoint
+    /// and data directory.
+    public func privateSubdirectory(_ name: String) throws -> String {
+        let sub = (path as NSString).appendingPathComponent(name)
+        guard mkdir(sub, 0o700) == 0, chmod(sub, 0o700) == 0 else {
+            throw DaemonError(description: "cannot create \(sub): \(String(cString: strerror(errno)))")
+        }
+        return sub
+    }
+
     public func remove() {
         try? FileManager.default.removeItem(atPath: path)
     }

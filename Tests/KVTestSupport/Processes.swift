@@ -125,7 +125,7 @@ public final class DaemonMount: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(fileURLWithPath: kvsfsBinary)
         process.arguments = ["mount", mountpoint, "--data-dir", dataDirectory] + extraArguments
-        guard FileManager.default.createFile(atPath: logPath, contents: nil), let log = FileHandle(forWritingAtPath: logPath) else {
+        guard FileManager.default.createFile(atPath: logPath, contents: nil, attributes: [.posixPermissions: 0o600]), let log = FileHandle(forWritingAtPath: logPath) else {
             throw DaemonError(description: "cannot create the daemon's log \(logPath)")
         }
         process.standardOutput = log
