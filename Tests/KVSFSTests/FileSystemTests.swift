@@ -213,7 +213,8 @@ struct FileSystemTests {
         #expect(try h.value("k") == .string("old"))
     }
 
-    @Test("editor files never count against the quota nor become keys", arguments: [".k.swp", ".k.swo", ".k.swpx", "k~", "sedAAAAAA", "#k#", ".#k"])
+    @Test("editor files never count against the quota nor become keys", arguments: [".k.swp", ".k.swo", ".k.swpx", "k~", "sedAAAAAA", "#k#", ".#k",
+                                                                                    ".k.Ab12cd"])
     func editorFiles(name: String) throws {
         let h = try Harness(limits: QuotaLimits(totalBytes: 300, valueBytes: 5000, keys: 1))
         try h.writeFile("only", "1")
@@ -309,7 +310,7 @@ struct FileSystemTests {
 @Suite("Key file names")
 struct KeyFileNameTests {
     @Test("every key maps to one name that maps back", arguments: [
-        "plain", "a/b", "/", "nul\u{0}byte", ".", "..", "...", ".hidden", "100%", "%2F", "%zz", "k~", ".k.swp", "sedABCDEF",
+        "plain", "a/b", "/", "nul\u{0}byte", ".", "..", "...", ".hidden", "100%", "%2F", "%zz", "k~", ".k.swp", "sedABCDEF", ".k.Ab12cd",
         "#auto#", ".#lock", "日本語", "-", "a%", "%", "~",
     ])
     func roundTrip(key: String) throws {
@@ -321,10 +322,13 @@ struct KeyFileNameTests {
 
     @Test("names of editors' files are recognised, ordinary names are not")
     func editorRule() {
-        for name in [".k.swp", ".k.swo", ".k.swa", ".k.swpx", "k~", "sedXy12Ab", "#k#", ".#k"] {
+        for name in [".k.swp", ".k.swo", ".k.swa", ".k.swpx", "k~", "sedXy12Ab", "#k#", ".#k",
+                     ".k.Ab12cd", ".k.ABCDEF", ".k.123456", "..bashrc.q9Zx0a", ".a.b.c.xY3zzz"] {
             #expect(EditorFileRule.isEditorFile(name), "\(name)")
         }
-        for name in ["k", "sed", "sedative", "sedAB", ".profile", "a.swp", "4913", "k.save"] {
+        // rsync's `.NAME.XXXXXX` with a lower-case word for a suffix is a key's name.
+        for name in ["k", "sed", "sedative", "sedAB", ".profile", "a.swp", "4913", "k.save",
+                     ".vimrc.backup", ".config.sample", "..abcdef", ".k.Ab12c", ".k.Ab-12c", "k.Ab12cd", ".k.Ab12cde"] {
             #expect(!EditorFileRule.isEditorFile(name), "\(name)")
         }
     }
