@@ -20,13 +20,16 @@ extension KeyValueFileSystem {
         try checkMayChange(context)
         return try state.withLock { ns in
             if inode == .root {
-                if let permissions = changes.permissions, permissions != 0o755 { throw FileSystemError.permissionsFixed }
-                try checkOwnership(changes)
+                if let permissions = changes.permissions { try modeRule.check(mode: permissions, shown: ModeRule.directoryMode) }
+                try modeRule.check(uid: changes.uid, gid: changes.gid)
                 return rootAttributes(ns)
             }
             let node = try existingNode(inode, in: ns)
-            if let permissions = changes.permissions, permissions != 0o644 { throw FileSystemError.permissionsFixed }
-            try checkOwnership(changes)
+            if let permissions = changes.permissions {
+                try modeRule.check(mode: permissions, shown: ModeRule.fileMode)
+                node.modeAsked = nil
+            }
+            try modeRule.check(uid: changes.uid, gid: changes.gid)
             if let size = changes.size {
                 try truncate(node, to: Int(size), through: handle.flatMap { ns.handles[$0] }, in: &ns)
             }
@@ -104,7 +107,7 @@ extension KeyValueFileSystem {
         }
         let time = TimeStamp(secondsSince1970: modified.timeIntervalSince1970)
         return FileAttributes(
-            inode: node.inode, kind: .regularFile, permissions: 0o644, size: UInt64(size),
+            inode: node.inode, kind: .regularFile, permissions: ModeRule.fileMode, size: UInt64(size),
             linkCount: node.isRemoved ? 0 : 1, uid: configuration.uid, gid: configuration.gid,
             accessTime: time, modificationTime: time, changeTime: time)
     }
@@ -122,14 +125,9 @@ extension KeyValueFileSystem {
     func rootAttributes(_ ns: Namespace) -> AttributesReply {
         let time = TimeStamp(secondsSince1970: ns.directoryModifiedAt.timeIntervalSince1970)
         let attributes = FileAttributes(
-            inode: .root, kind: .directory, permissions: 0o755, size: 0, linkCount: 2,
+            inode: .root, kind: .directory, permissions: ModeRule.directoryMode, size: 0, linkCount: 2,
             uid: configuration.uid, gid: configuration.gid, accessTime: time, modificationTime: time, changeTime: time)
         return AttributesReply(attributes: attributes, timeout: configuration.cacheTimeout)
-    }
-
-    func checkOwnership(_ changes: AttributeChanges) throws {
-        if let uid = changes.uid, uid != configuration.uid { throw FileSystemError.ownershipFixed }
-        if let gid = changes.gid, gid != configuration.gid { throw FileSystemError.ownershipFixed }
     }
 
     func date(of change: AttributeChanges.TimeChange) -> Date {

@@ -53,6 +53,11 @@ extension KeyValueFileSystem {
                 kind = .placeholder(key)
             }
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
+            // A new key's mode is judged when its first value is committed (`ModeRule`).
+            if case .key = nameClass, sync?.remoteWrite(in: context) == nil,
+               !modeRule.gives(mode: mode, shown: ModeRule.fileMode) {
+                node.modeAsked = mode
+            }
             ns.directoryModifiedAt = node.modifiedAt
             node.lookups += 1
             return (entry(for: node), open(node, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns))
