@@ -20,7 +20,9 @@ extension KeyValueFileSystem {
                 try commit(file.buffer ?? [], to: file.node, decoded: decoded, in: &ns)
             }
             file.dirty = false
+            committedSetTime(of: file.node)
         } catch {
+            droppedSetTime(of: file.node)
             // Told at release, if the handle ends refused: a shell's redirection flushes an empty
             // duplicate before it writes, and that refusal is cleared by the write.
             file.commitRefusal = error

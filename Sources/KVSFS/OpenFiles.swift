@@ -105,6 +105,7 @@ extension KeyValueFileSystem {
             file.buffer = buffer
             file.dirty = true
             file.commitRefusal = nil
+            file.node.contentChanged()
             return bytes.count
         }
     }
@@ -164,6 +165,8 @@ extension KeyValueFileSystem {
                     // Told below, as a refusal the handle ended with.
                 }
             }
+            // Bytes never committed: a time set on them must not stay on the content that remains.
+            if file.holdsUncommittedBytes { droppedSetTime(of: file.node) }
             if let refusal = file.commitRefusal, file.remoteWrite == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
@@ -263,6 +266,7 @@ extension KeyValueFileSystem {
                 file.buffer = buffer
                 file.dirty = true
                 file.commitRefusal = nil
+                node.contentChanged()
             }
             return
         }
