@@ -20,24 +20,20 @@ extension KeyValueFileSystem {
         try checkMayChange(context)
         return try state.withLock { ns in
             if inode == .root {
-                if let permissions = changes.permissions, permissions != 0o755 { throw FileSystemError.permissionsFixed }
-                try checkOwnership(changes)
+                if let permissions = changes.permissions { try modeRule.check(mode: permissions, shown: ModeRule.directoryMode) }
+                try modeRule.check(uid: changes.uid, gid: changes.gid)
                 return rootAttributes(ns)
             }
             let node = try existingNode(inode, in: ns)
-            if let permissions = changes.permissions, permissions != 0o644 { throw FileSystemError.permissionsFixed }
-            try checkOwnership(changes)
+            if let permissions = changes.permissions {
+                try modeRule.check(mode: permissions, shown: ModeRule.fileMode)
+                node.modeAsked = nil
+            }
+            try modeRule.check(uid: changes.uid, gid: changes.gid)
             if let size = changes.size {
                 try truncate(node, to: Int(size), through: handle.flatMap { ns.handles[$0] }, in: &ns)
             }
-            if let change = changes.modificationTime {
-                switch node.kind {
-                case .placeholder, .editorFile:
-                    node.modifiedAt = date(of: change)
-                case .key, .registeredDefault, .removed:
-                    break  // A key's mtime is when its value last changed, a default's when it was registered.
-                }
-            }
+            if let change = changes.modificationTime { setModificationTime(change, of: node, in: ns) }
             return AttributesReply(attributes: attributes(of: node), timeout: attributeTimeout(of: node))
         }
     }
@@ -95,18 +91,24 @@ extension KeyValueFileSystem {
     func attributes(of node: Node) -> FileAttributes {
         var modified = node.modifiedAt
         let size: Int
+        let setTime: TimeStamp?
         if case .key(let key) = node.kind, let entry = store.entry(forKey: key) {
             // One look-up of the key: in the default format the file is mostly the stored XML.
             modified = entry.modifiedAt
             size = rendering(entry.xml, ofKey: key, in: node).count
+            setTime = node.shownSetTime(holding: entry.xml)
         } else {
             size = content(of: node).count
+            setTime = node.isKey ? node.shownSetTime(holding: nil) : node.setTime?.time
         }
-        let time = TimeStamp(secondsSince1970: modified.timeIntervalSince1970)
+        // mtime (and atime) is a time set with utimensat while it holds; ctime is always when
+        // the content last changed.
+        let changed = TimeStamp(secondsSince1970: modified.timeIntervalSince1970)
+        let time = setTime ?? changed
         return FileAttributes(
-            inode: node.inode, kind: .regularFile, permissions: 0o644, size: UInt64(size),
+            inode: node.inode, kind: .regularFile, permissions: ModeRule.fileMode, size: UInt64(size),
             linkCount: node.isRemoved ? 0 : 1, uid: configuration.uid, gid: configuration.gid,
-            accessTime: time, modificationTime: time, changeTime: time)
+            accessTime: time, modificationTime: time, changeTime: changed)
     }
 
     /// Keys nobody is writing may be cached long; anything else may change without the kernel
@@ -122,21 +124,9 @@ extension KeyValueFileSystem {
     func rootAttributes(_ ns: Namespace) -> AttributesReply {
         let time = TimeStamp(secondsSince1970: ns.directoryModifiedAt.timeIntervalSince1970)
         let attributes = FileAttributes(
-            inode: .root, kind: .directory, permissions: 0o755, size: 0, linkCount: 2,
+            inode: .root, kind: .directory, permissions: ModeRule.directoryMode, size: 0, linkCount: 2,
             uid: configuration.uid, gid: configuration.gid, accessTime: time, modificationTime: time, changeTime: time)
         return AttributesReply(attributes: attributes, timeout: configuration.cacheTimeout)
-    }
-
-    func checkOwnership(_ changes: AttributeChanges) throws {
-        if let uid = changes.uid, uid != configuration.uid { throw FileSystemError.ownershipFixed }
-        if let gid = changes.gid, gid != configuration.gid { throw FileSystemError.ownershipFixed }
-    }
-
-    func date(of change: AttributeChanges.TimeChange) -> Date {
-        switch change {
-        case .now: Date()
-        case .to(let time): Date(timeIntervalSince1970: Double(time.seconds) + Double(time.nanoseconds) / 1e9)
-        }
     }
 
     // MARK: - Extended attributes

@@ -20,7 +20,9 @@ extension KeyValueFileSystem {
                 try commit(file.buffer ?? [], to: file.node, decoded: decoded, in: &ns)
             }
             file.dirty = false
+            committedSetTime(of: file.node)
         } catch {
+            droppedSetTime(of: file.node)
             // Told at release, if the handle ends refused: a shell's redirection flushes an empty
             // duplicate before it writes, and that refusal is cleared by the write.
             file.commitRefusal = error
@@ -35,6 +37,7 @@ extension KeyValueFileSystem {
             try store.put(try decode(content, reusing: decoded), forKey: key)
         case .placeholder(let key):
             guard !content.isEmpty else { return }
+            if let mode = node.modeAsked { try modeRule.check(mode: mode, shown: ModeRule.fileMode) }
             try store.put(try decode(content, reusing: decoded), forKey: key)
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))

@@ -66,8 +66,10 @@ extension KeyValueFileSystem {
                 ns.setKind(source, .key(destination))
             case (.key(let sourceKey), .editorFile):
                 if let target { try discardEditorFile(target, in: &ns) }
+                let time = source.shownSetTime(holding: store.entry(forKey: sourceKey)?.xml)
                 ns.setKind(source, .editorFile(EditorFile(content: content(of: source), hiddenKey: sourceKey)))
                 ns.hiddenKeys[sourceKey] = source
+                source.setTime = time.map { SetTime(time: $0, standing: .uncommitted) }
             case (.editorFile(let file), .key(let destination)):
                 let hidden = file.hiddenKey.flatMap { ns.hiddenKeys[$0] === source ? $0 : nil }
                 do {
@@ -81,6 +83,7 @@ extension KeyValueFileSystem {
                 if let hidden { ns.hiddenKeys[hidden] = nil }
                 unhide(destination, in: &ns)
                 ns.setKind(source, .key(destination))
+                committedSetTime(of: source)  // rsync's times, set on its temporary file
             case (.editorFile, .editorFile):
                 if let target { try discardEditorFile(target, in: &ns) }
             case (.placeholder, .key(let destination)):

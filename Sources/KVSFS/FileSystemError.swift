@@ -12,7 +12,8 @@ public enum FileSystemError: Error, Equatable, Sendable {
     case directoriesNotSupported
     case linksNotSupported
     case specialFilesNotSupported
-    /// Keys have fixed permissions (0644) and owner (the mounting user).
+    /// Files show fixed permissions (0644, the directory 0755) and owner (the mounting user);
+    /// a mode they do not already give is refused (`ModeRule`).
     case permissionsFixed
     case ownershipFixed
     case noSuchAttribute
@@ -43,7 +44,7 @@ extension FileSystemError: CustomStringConvertible {
         case .directoriesNotSupported: "the mount holds no directories"
         case .linksNotSupported: "the mount holds no links"
         case .specialFilesNotSupported: "the mount holds only regular files"
-        case .permissionsFixed: "keys have fixed permissions"
+        case .permissionsFixed: "files have fixed permissions, and they do not give that mode"
         case .ownershipFixed: "keys belong to the mounting user"
         case .noSuchAttribute: "no such attribute"
         case .attributeReadOnly: "the attribute is read-only"

@@ -23,13 +23,17 @@ public struct MountConfiguration: Sendable {
     /// Whether defaults may be registered (`--defaults`, `KeyValueFileSystem.registerDefaults`):
     /// the kernel then caches no negative look-up, as a name may gain a default at any time.
     public var registersDefaults: Bool
+    /// Whether other users may use the mount (`--allow-other`): the kernel then checks the
+    /// permissions shown, so group and other bits count in `ModeRule`.
+    public var allowOther: Bool
 
     public init(format: ValueFormat = .xml, cacheTimeout: Double = 3600, maxPendingFiles: Int = 256,
                 uid: UInt32 = getuid(), gid: UInt32 = getgid(), readOnly: Bool = false, location: StoreLocation? = nil,
-                registersDefaults: Bool = false) {
+                registersDefaults: Bool = false, allowOther: Bool = false) {
         self.readOnly = readOnly
         self.location = location
         self.registersDefaults = registersDefaults
+        self.allowOther = allowOther
         self.format = format
         self.cacheTimeout = cacheTimeout
         self.maxPendingFiles = maxPendingFiles

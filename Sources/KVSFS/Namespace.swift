@@ -29,6 +29,11 @@ final class Node {
     /// The value as the file shows it (the XML itself, or another format), for the XML it was
     /// rendered from.
     var rendered: (xml: [UInt8], bytes: [UInt8])?
+    /// A modification time set with utimensat, while it holds (`SetTime`).
+    var setTime: SetTime?
+    /// The mode a new file was created with, while `ModeRule` refuses it: its first value is
+    /// refused unless a chmod first asks for a mode the rule gives (`ModeRule`).
+    var modeAsked: UInt32?
 
     init(inode: InodeNumber, name: String, kind: Kind, modifiedAt: Date) {
         self.inode = inode

@@ -53,6 +53,11 @@ extension KeyValueFileSystem {
                 kind = .placeholder(key)
             }
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
+            // A new key's mode is judged when its first value is committed (`ModeRule`).
+            if case .key = nameClass, sync?.remoteWrite(in: context) == nil,
+               !modeRule.gives(mode: mode, shown: ModeRule.fileMode) {
+                node.modeAsked = mode
+            }
             ns.directoryModifiedAt = node.modifiedAt
             node.lookups += 1
             return (entry(for: node), open(node, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns))
@@ -100,6 +105,7 @@ extension KeyValueFileSystem {
             file.buffer = buffer
             file.dirty = true
             file.commitRefusal = nil
+            file.node.contentChanged()
             return bytes.count
         }
     }
@@ -159,6 +165,8 @@ extension KeyValueFileSystem {
                     // Told below, as a refusal the handle ended with.
                 }
             }
+            // Bytes never committed: a time set on them must not stay on the content that remains.
+            if file.holdsUncommittedBytes { droppedSetTime(of: file.node) }
             if let refusal = file.commitRefusal, file.remoteWrite == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
@@ -258,6 +266,7 @@ extension KeyValueFileSystem {
                 file.buffer = buffer
                 file.dirty = true
                 file.commitRefusal = nil
+                node.contentChanged()
             }
             return
         }

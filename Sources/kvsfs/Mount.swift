@@ -143,7 +143,7 @@ struct Mount: ParsableCommand {
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
             configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location,
-                                              registersDefaults: defaults != nil),
+                                              registersDefaults: defaults != nil, allowOther: allowOther),
             sync: sync, logger: logger)
         if let registered { fileSystem.registerDefaults(registered) }
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]

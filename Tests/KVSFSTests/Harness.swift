@@ -14,9 +14,10 @@ final class Harness {
     let context = RequestContext(threadID: 100, uid: getuid(), gid: getgid())
 
     init(limits: QuotaLimits? = nil, format: ValueFormat = .xml, readOnly: Bool = false, registersDefaults: Bool = false,
-         sync: (any MountSynchronizer)? = nil) throws {
+         allowOther: Bool = false, sync: (any MountSynchronizer)? = nil) throws {
         store = try makeStore(in: directory, limits: limits)
-        let configuration = MountConfiguration(format: format, readOnly: readOnly, registersDefaults: registersDefaults)
+        let configuration = MountConfiguration(format: format, readOnly: readOnly, registersDefaults: registersDefaults,
+                                               allowOther: allowOther)
         fs = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, logger: .silent)
     }
 
