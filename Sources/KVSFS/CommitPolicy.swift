@@ -37,7 +37,7 @@ extension KeyValueFileSystem {
             try store.put(try decode(content, reusing: decoded), forKey: key)
         case .placeholder(let key):
             guard !content.isEmpty else { return }
-            if let mode = node.modeAsked { try modeRule.check(mode: mode, shown: ModeRule.fileMode) }
+            if let mode = node.modeAsked, !modeRule.admitsCreated(mode: mode) { throw FileSystemError.permissionsFixed }
             try store.put(try decode(content, reusing: decoded), forKey: key)
             unhide(key, in: &ns)
             ns.setKind(node, .key(key))

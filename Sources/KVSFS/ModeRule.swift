@@ -11,8 +11,10 @@ import Glibc
 /// - set-user-ID, set-group-ID and sticky bits are never given;
 /// - the owner and group must be the mounting user's.
 ///
-/// The mode given at create is the same request: on an `--allow-other` mount a key is not
-/// made under a umask that hides it from others while it shows readable to them. It is judged
+/// The mode given at create asks less: only that a key is not made under a umask that hides it
+/// from group or others while it shows readable to them (on an `--allow-other` mount). Bits it
+/// gives beyond those shown (an executable copied with cp, a 0666 of a umask 000) are not
+/// given, as on a file system without them, but do not refuse the value. It is judged
 /// when the new file's first value is committed, not at create, as `cp -a` and `tar` create
 /// 0600 and chmod before they close; a chmod the rule gives replaces it. A scratch file's
 /// create mode is not judged: mkstemp always asks 0600, whatever the file it stands in for,
@@ -32,6 +34,12 @@ struct ModeRule {
         if requested & UInt32(S_ISUID | S_ISGID | S_ISVTX) != 0 { return false }
         if requested & 0o700 & ~shown != 0 { return false }
         return !allowOther || requested & 0o077 == shown & 0o077
+    }
+
+    /// Whether a new key may be made with the mode `requested` at create: it must not hide
+    /// from group or others what they can read.
+    func admitsCreated(mode requested: UInt32) -> Bool {
+        !allowOther || requested & 0o044 == Self.fileMode & 0o044
     }
 
     /// Refuses a requested mode that `shown` does not already give.

@@ -55,7 +55,7 @@ extension KeyValueFileSystem {
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
             // A new key's mode is judged when its first value is committed (`ModeRule`).
             if case .key = nameClass, sync?.remoteWrite(in: context) == nil,
-               !modeRule.gives(mode: mode, shown: ModeRule.fileMode) {
+               !modeRule.admitsCreated(mode: mode) {
                 node.modeAsked = mode
             }
             ns.directoryModifiedAt = node.modifiedAt
