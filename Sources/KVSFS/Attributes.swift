@@ -25,11 +25,16 @@ extension KeyValueFileSystem {
                 return rootAttributes(ns)
             }
             let node = try existingNode(inode, in: ns)
-            if let permissions = changes.permissions {
-                try modeRule.check(mode: permissions, shown: ModeRule.fileMode)
-                node.modeAsked = nil
-            }
             try modeRule.check(uid: changes.uid, gid: changes.gid)
+            if let permissions = changes.permissions {
+                if case .editorFile = node.kind {
+                    // A scratch file's modes are not judged: mkstemp makes it 0600 whatever it
+                    // stands in for (rsync chmods it so again); the key it becomes shows 0644.
+                } else {
+                    try modeRule.check(mode: permissions, shown: ModeRule.fileMode)
+                    node.modeAsked = nil
+                }
+            }
             if let size = changes.size {
                 try truncate(node, to: Int(size), through: handle.flatMap { ns.handles[$0] }, in: &ns)
             }

@@ -84,10 +84,10 @@ public enum KeyFileName {
 /// - `.NAME.swp` … `.NAME.swa` and `.NAME.swpx`: vim's (and nano's) swap and lock files;
 /// - `NAME~`: backups (vim, nano, emacs, `cp --backup`);
 /// - `sedXXXXXX` (six letters or digits): `sed -i`'s temporary file;
-/// - `.NAME.XXXXXX` (six letters or digits, not all lower-case): rsync's temporary file, from
-///   mkstemp. A lower-case suffix is a word (`.vimrc.backup`, `.config.sample`), so it names a
-///   key; rsync's random suffix is all lower-case about once in 180 files, and that file is then
-///   a key for the moment before its rename, which works as well.
+/// - `.NAME.XXXXXX` (six letters or digits) made as mkstemp makes a file (O_EXCL, mode 0600):
+///   rsync's temporary file. The name alone does not decide it (`isTransferShaped`): a key may
+///   be named so (`.vimrc.backup`, `.backup.202406`), and a name that exists is always what it
+///   was; only a new file made that way is scratch (see `KeyValueFileSystem.create`).
 /// - `#NAME#` and `.#NAME`: emacs's auto-save and lock files.
 public enum EditorFileRule {
     public static func isEditorFile(_ name: String) -> Bool {
@@ -99,15 +99,15 @@ public enum EditorFileRule {
         if first == UInt8(ascii: "."), isSwapName(utf8) { return true }
         if utf8.count == 9, name.hasPrefix("sed"),
            utf8[3...].allSatisfy({ isAlphanumeric($0) }) { return true }
-        if first == UInt8(ascii: "."), isTransferName(utf8) { return true }
         return false
     }
 
-    /// `.NAME.XXXXXX`: a dot, a name, a dot and six letters or digits, not all lower-case.
-    private static func isTransferName(_ utf8: [UInt8]) -> Bool {
-        guard utf8.count >= 9, utf8[utf8.count - 7] == UInt8(ascii: ".") else { return false }
-        let suffix = utf8.suffix(6)
-        return suffix.allSatisfy(isAlphanumeric) && !suffix.allSatisfy { (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) }
+    /// `.NAME.XXXXXX`: a dot, a name, a dot and six letters or digits, as rsync names the
+    /// temporary file it makes with mkstemp.
+    public static func isTransferShaped(_ name: String) -> Bool {
+        let utf8 = Array(name.utf8)
+        guard utf8.count >= 9, utf8[0] == UInt8(ascii: "."), utf8[utf8.count - 7] == UInt8(ascii: ".") else { return false }
+        return utf8.suffix(6).allSatisfy(isAlphanumeric)
     }
 
     /// `.x.swp`, `.x.swo`, … `.x.swa`, `.x.swpx`.

@@ -17,8 +17,8 @@ import Glibc
 /// given, as on a file system without them, but do not refuse the value. It is judged
 /// when the new file's first value is committed, not at create, as `cp -a` and `tar` create
 /// 0600 and chmod before they close; a chmod the rule gives replaces it. A scratch file's
-/// create mode is not judged: mkstemp always asks 0600, whatever the file it stands in for,
-/// and the tools that use it (sed, rsync) chmod it after, which is judged.
+/// modes are not judged: mkstemp always asks 0600, whatever the file it stands in for, and
+/// rsync chmods it 0600 again; the key it becomes shows 0644 like any other.
 struct ModeRule {
     /// Whether group and other bits count (`--allow-other`).
     let allowOther: Bool

@@ -25,7 +25,12 @@ extension KeyValueFileSystem {
         let name = KeyName.canonical(name)
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
-            guard let nameClass = try classify(name) else { throw FileSystemError.nonCanonicalName(name) }
+            // A new file made as mkstemp makes one, under rsync's name for it, is rsync's
+            // temporary file: scratch (`EditorFileRule`). A file of that name that exists is
+            // found below as what it is.
+            let madeByMkstemp = flags.exclusive && mode & 0o7777 == 0o600 && EditorFileRule.isTransferShaped(name)
+                && ns.names[name] == nil && KeyFileName.key(forFileName: name).map { store.entry(forKey: $0) == nil } ?? true
+            guard let nameClass = try madeByMkstemp ? .editorFile : classify(name) else { throw FileSystemError.nonCanonicalName(name) }
             try checkMayChange(context)
             if case .key = nameClass { try checkWritable(context) }
             if let existing = try visibleNode(named: name, in: &ns) {

@@ -34,7 +34,9 @@ struct TreeCopyTests {
     /// A source tree of the values, mode 0644, all with one mtime to the nanosecond.
     static func makeSource(in dir: TemporaryDirectory) throws -> String {
         let source = dir.path + "/src"
-        #expect(mkdir(source, 0o700) == 0 && chmod(source, 0o700) == 0)
+        // 0755, as a tree to share is: rsync -a gives the mount's directory the source's mode, and
+        // on an --allow-other mount others' bits must stay those shown.
+        #expect(mkdir(source, 0o755) == 0 && chmod(source, 0o755) == 0)
         for (name, value) in files {
             let path = source + "/" + name
             try Data(canonical(value).utf8).write(to: URL(fileURLWithPath: path))
@@ -63,9 +65,10 @@ struct TreeCopyTests {
         }
     }
 
-    @Test("rsync -a onto the mount exits 0, a second run sends nothing, and rsync -a back out gives the tree")
-    func rsyncBothWays() throws {
-        try withDaemon { (m, dir) throws in
+    @Test("rsync -a onto the mount exits 0, a second run sends nothing, and rsync -a back out gives the tree",
+          arguments: [[], ["--allow-other"]])
+    func rsyncBothWays(options: [String]) throws {
+        try withDaemon(extraArguments: options) { (m, dir) throws in
             let source = try Self.makeSource(in: dir)
             let out = dir.path + "/out"
             let result = try shell("""
