@@ -44,6 +44,7 @@ let package = Package(
         .target(name: "KVSync", dependencies: [
             "KVStore", "KVCloud", "KVWire", "KVNetwork",
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         .target(name: "KVServer", dependencies: [

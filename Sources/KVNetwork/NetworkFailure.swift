@@ -17,14 +17,16 @@ public struct NetworkFailure: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// The failure `error` is, when it is one of a connection to `host` (port `port`); nil for
-    /// anything else, which the caller describes itself.
-    public init?(_ error: any Error, host: String, port: Int) {
+    /// anything else, which the caller describes itself. `remedy` is what the caller's user
+    /// can do about a certificate that could not be verified (an option of their command).
+    public init?(_ error: any Error, host: String, port: Int, remedy: String? = nil) {
         let endpoint = "\(host):\(port)"
         switch error {
         case let error as NIOConnectionError:
             // Every address tried failed: the first connection failure says why; none at all
             // means the name gave no address.
-            if let first = error.connectionErrors.first, let failure = NetworkFailure(first.error, host: host, port: port) {
+            if let first = error.connectionErrors.first,
+               let failure = NetworkFailure(first.error, host: host, port: port, remedy: remedy) {
                 self = failure
             } else if error.connectionErrors.isEmpty {
                 self.init(.noRoute, "the name \(host) was not resolved")
@@ -32,7 +34,8 @@ public struct NetworkFailure: Equatable, Sendable, CustomStringConvertible {
                 return nil
             }
         case let error as IOError:
-            self.init(errno: error.errnoCode, endpoint: endpoint)
+            guard let failure = NetworkFailure(errno: error.errnoCode, endpoint: endpoint) else { return nil }
+            self = failure
         case let error as SocketAddressError:
             if case .unknown = error {
                 self.init(.noRoute, "the name \(host) was not resolved")
@@ -49,8 +52,8 @@ public struct NetworkFailure: Equatable, Sendable, CustomStringConvertible {
         case let error as NIOSSLError:
             switch error {
             case .uncleanShutdown: self.init(.connectionLost, "the connection to \(endpoint) was closed in the middle of TLS")
-            case .handshakeFailed(let reason): self.init(tls: "\(reason)", host: host, endpoint: endpoint)
-            default: self.init(tls: "\(error)", host: host, endpoint: endpoint)
+            case .handshakeFailed(let reason): self.init(tls: "\(reason)", host: host, endpoint: endpoint, remedy: remedy)
+            default: self.init(tls: "\(error)", host: host, endpoint: endpoint, remedy: remedy)
             }
         case let error as NIOSSLExtraError where error == .failedToValidateHostname:
             self.init(.notTrusted, "the TLS certificate of \(endpoint) is not for the name \(host)")
@@ -59,23 +62,26 @@ public struct NetworkFailure: Equatable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// A system call's errno on a connection.
-    init(errno code: Int32, endpoint: String) {
+    /// A system call's errno on a connection; nil for one that says nothing of the way to the
+    /// server (no descriptors left, no buffers), which its caller words.
+    init?(errno code: Int32, endpoint: String) {
         switch code {
         case ECONNREFUSED: self.init(.connectionRefused, "connection refused by \(endpoint)")
         case ETIMEDOUT: self.init(.timedOut, "no answer from \(endpoint) in time")
-        case ECONNRESET, EPIPE: self.init(.connectionLost, "the connection to \(endpoint) was reset")
-        default: self.init(.noRoute, "\(endpoint): \(String(cString: strerror(code)).lowercased())")
+        case ECONNRESET, EPIPE, ECONNABORTED: self.init(.connectionLost, "the connection to \(endpoint) was reset")
+        case EHOSTUNREACH, ENETUNREACH, ENETDOWN, EHOSTDOWN:
+            self.init(.noRoute, "\(endpoint): \(String(cString: strerror(code)).lowercased())")
+        default: return nil
         }
     }
 
-    /// A TLS handshake that failed: a certificate the mount cannot trust says so, with what
-    /// would mend it; any other failure says only that TLS failed.
-    init(tls detail: String, host: String, endpoint: String) {
+    /// A TLS handshake that failed: a certificate that could not be verified says so, with
+    /// what would mend it; any other failure says only that TLS failed.
+    init(tls detail: String, host: String, endpoint: String, remedy: String?) {
         let text = detail.uppercased()
         if text.contains("CERTIFICATE_VERIFY_FAILED") || text.contains("SELF_SIGNED") || text.contains("UNABLE_TO_GET_ISSUER") {
-            self.init(.notTrusted, "the TLS certificate of \(host) is not trusted (it is not signed by a trusted CA); "
-                + "give the CA that signed it with --tls-ca")
+            self.init(.notTrusted, "the TLS certificate of \(host) could not be verified (it is not signed by a trusted CA, "
+                + "or has expired)" + (remedy.map { "; \($0)" } ?? ""))
         } else {
             self.init(.connectionLost, "the TLS handshake with \(endpoint) failed")
         }

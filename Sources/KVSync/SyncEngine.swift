@@ -49,6 +49,9 @@ public final class SyncEngine: Sendable {
     let tasks = Mutex<[Task<Void, Never>]>([])
     /// What `status` reports; the watcher waits on it for the first round to succeed.
     let state = Watched(Status())
+    /// Held while a change of standing is decided and told, so that the log and the event log
+    /// say them in the order the state took them (a push outside a round may race a round).
+    let telling = Mutex(())
     /// The position last recorded, nil until the watcher has read the stored one.
     let knownPosition = Watched<SyncPosition?>(nil)
     /// When (on `clock`) the account was last checked; nil asks the next round to check it.
@@ -103,9 +106,15 @@ public final class SyncEngine: Sendable {
                 _ = try await send(pending)
             }
         } catch {
-            noteFailure(error)
+            if !Self.isCancellation(error) { noteFailure(error) }
             throw error
         }
+    }
+
+    /// Whether `error` only says the engine is stopping (the mount unmounts): no failure of
+    /// the remote, so nothing to tell.
+    static func isCancellation(_ error: any Error) -> Bool {
+        Task.isCancelled || error is CancellationError
     }
 
     /// `synchronize()`: pushes what is pending and fetches what is new, now. Throws the
@@ -132,7 +141,7 @@ public final class SyncEngine: Sendable {
                 noteSuccess()
                 return pushed
             } catch {
-                noteFailure(error)
+                if !Self.isCancellation(error) { noteFailure(error) }
                 throw error
             }
         }

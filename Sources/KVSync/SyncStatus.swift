@@ -28,6 +28,10 @@ extension SyncEngine {
     public var status: Status { state.value }
 
     func noteSuccess() {
+        telling.withLock { _ in noteSuccessTold() }
+    }
+
+    private func noteSuccessTold() {
         var news: SyncEvent?
         state.update {
             $0.lastError = nil
@@ -49,14 +53,16 @@ extension SyncEngine {
     func noteFailure(_ error: any Error) {
         let words = String(describing: error)
         let cause = Self.cause(of: error)
-        var news: SyncEvent?
-        state.update {
-            $0.lastError = words
-            if case .offline(cause, _) = $0.told { return }
-            $0.told = .offline(cause: cause, words: words)
-            news = SyncEvent(reason: .offline, keys: [], message: words)
+        telling.withLock { _ in
+            var news: SyncEvent?
+            state.update {
+                $0.lastError = words
+                if case .offline(cause, _) = $0.told { return }
+                $0.told = .offline(cause: cause, words: words)
+                news = SyncEvent(reason: .offline, keys: [], message: words)
+            }
+            if let news { onEvent(news) }
         }
-        if let news { onEvent(news) }
         noteGap(after: error)
     }
 
@@ -67,9 +73,11 @@ extension SyncEngine {
         switch error {
         case .unreachable(let how, _): return "unreachable \(how)"
         case .busy: return "busy"
-        case .notAuthorized(let reason): return "token \(reason)"
+        // A server's words are its own: a few hundred bytes tell causes apart, and a server
+        // that varies its words past them (a request id) is not said again on every retry.
+        case .notAuthorized(let reason): return "token \(reason.prefix(200))"
         case .refused: return "refused"
-        case .unavailable(let reason): return "unavailable \(reason)"
+        case .unavailable(let reason): return "unavailable \(reason.prefix(200))"
         case .cursorAhead, .historyDiffers, .historyMismatch: return "history"
         case .invalidStoreName: return error.description
         }

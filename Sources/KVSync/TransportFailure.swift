@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import KVCloud
 import KVNetwork
+import NIOCore
 
 /// The remote error a failed exchange with a sync server is, in words: the connection's
 /// failures as `NetworkFailure` words them, the HTTP client's own timeouts and closings, and
@@ -10,7 +11,9 @@ enum TransportFailure {
     /// `error`, thrown while exchanging with `base` (`http(s)://host:port`).
     static func cloudError(_ error: any Error, base: String) -> CloudError {
         let (host, port) = endpoint(of: base)
-        if let failure = NetworkFailure(error, host: host, port: port) { return CloudError(failure) }
+        if let failure = NetworkFailure(error, host: host, port: port, remedy: "give the CA that signed it with --tls-ca") {
+            return CloudError(failure)
+        }
         if let error = error as? HTTPClientError {
             switch error {
             case .connectTimeout, .tlsHandshakeTimeout:
@@ -25,6 +28,7 @@ enum TransportFailure {
         }
         if error is DecodingError { return .unavailable("\(base) sent an answer that is not the protocol's") }
         if let error = error as? CloudError { return error }
+        if let error = error as? IOError { return .unavailable("the request to \(base) failed: \(String(cString: strerror(error.errnoCode)))") }
         return .unavailable("the request to \(base) failed")
     }
 

@@ -161,7 +161,7 @@ final class MountSync: MountSynchronizer {
                 case .connectionLost: return .connectionLost(words)
                 }
             case .unavailable(let reason): return .unreachable(reason)
-            default: return .unavailable(error.description)
+            default: return .unavailable(error.reason)
             }
         default: return .unavailable(String(describing: error))
         }

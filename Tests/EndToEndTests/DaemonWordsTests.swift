@@ -110,8 +110,8 @@ struct DaemonWordsTests {
         defer { server.stop() }
         let daemon = try mount(dir, remote: server.url, token: try server.admin(["account", "create", "alice"]))
         defer { daemon.stop() }
-        let words = "the remote cannot be reached: the TLS certificate of localhost is not trusted (it is not signed by a trusted CA); "
-            + "give the CA that signed it with --tls-ca"
+        let words = "the remote cannot be reached: the TLS certificate of localhost could not be verified (it is not signed by a "
+            + "trusted CA, or has expired); give the CA that signed it with --tls-ca"
         let seen = try observe(daemon)
         #expect(seen.sync.standardError == "Error: sync failed: \(words)\n", "\(seen.sync)")
         #expect(seen.reachable == "offline: \(words)")
@@ -119,6 +119,25 @@ struct DaemonWordsTests {
         #expect(occurrences(of: "offline: \(words)", in: daemon.logText()) == 1, "\(daemon.logText())")
         #expect(server.logText().contains("info: serving on https://localhost:\(server.port) (TLS on)")
                 || server.logText().contains("info: serving on https://127.0.0.1:\(server.port) (TLS on)"), "\(server.logText())")
+    }
+
+    @Test("unmounting while a round waits on the remote says nothing false of the remote")
+    func unmountDuringRound() throws {
+        let dir = TemporaryDirectory("kvsfs-words")
+        defer { dir.remove() }
+        let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite")
+        defer { server.stop() }
+        let daemon = try mount(dir, remote: server.url, token: try server.admin(["account", "create", "alice"]))
+        #expect(try run(kvsfsBinary, ["sync", daemon.mountpoint]).status == 0)
+        let pid = server.process.processIdentifier
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        _ = try shell("echo '<string>x</string>' > \(daemon.path("k")); sleep 1")  // a push round now waits on the stopped server
+        #expect(daemon.stop() == 0)
+        let log = daemon.logText()
+        #expect(!log.contains("offline"), "the remote did not fail; the mount stopped waiting: \(log)")
+        #expect(!log.contains("Cancellation"), "\(log)")
+        #expect(log.contains("unmounted cleanly"), "\(log)")
     }
 
     @Test("PostgreSQL down: kvsfs serve names where it looked and why, in words")
