@@ -105,14 +105,18 @@ struct Mount: ParsableCommand {
         // the kernel (madvise) on worker-thread arenas and faults it in again on the next request.
         SystemCalls.keepFreedMemory()
 
-        let dataDirectory = store.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
-        let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)
+        let named = store.dataDirectory.map { URL(fileURLWithPath: $0) } ?? StoreLocation.defaultDataDirectory()
         do {
-            try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(at: named, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
-            throw CommandFailure("cannot create the data directory \(dataDirectory.path): \(error.localizedDescription)")
+            throw CommandFailure("cannot create the data directory \(named.path): \(error.localizedDescription)")
         }
-        try OwnFiles.checkDataDirectory(dataDirectory.path)
+        // The directory as checked is the one used from here on: a link in its path that
+        // changes later leads nowhere new.
+        let dataDirectory = URL(fileURLWithPath: try OwnFiles.trustedDataDirectory(named.path))
+        let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)
+        // Read before the store is opened: a token file that is refused changes nothing.
+        let serverToken = try self.remote.map { RemoteLocation.isServer($0) } == true ? token() : nil
         let lock: StoreLock
         do {
             lock = try StoreLock(location: location)
@@ -134,7 +138,7 @@ struct Mount: ParsableCommand {
             throw CommandFailure("invalid defaults file \(defaults!.path): \(error)")
         }
 
-        let remote = try makeRemote(dataDirectory: dataDirectory, limits: newLimits)
+        let remote = try makeRemote(dataDirectory: dataDirectory, limits: newLimits, token: serverToken)
         logger.info("\(startLine(store: keyValueStore, dataDirectory: dataDirectory, mountpoint: path, remote: remote))")
         let sync = try remote.map { remote in
             try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
@@ -200,7 +204,7 @@ struct Mount: ParsableCommand {
     }
 
     /// The remote `--remote` names; nil for none.
-    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?) throws -> ChangeLogRemote? {
+    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?, token: String?) throws -> ChangeLogRemote? {
         let url = remote ?? "file://" + dataDirectory.appendingPathComponent("cloud.sqlite").path
         if url == "none" { return nil }
         if let path = RemoteLocation.filePath(url) {
@@ -209,10 +213,11 @@ struct Mount: ParsableCommand {
             return ChangeLogRemote(log, store: store.storeID)
         }
         let id = store.storeID
-        guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), identityStore: id), store: id) }
+        guard let token else { throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN") }
+        guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: token, identityStore: id), store: id) }
         do {
             let client = try HTTPChangeLog.client(trusting: tlsCA)
-            return ChangeLogRemote(HTTPChangeLog(url: url, token: try token(), client: client, identityStore: id), store: id)
+            return ChangeLogRemote(HTTPChangeLog(url: url, token: token, client: client, identityStore: id), store: id)
         } catch let error as CloudError {
             throw CommandFailure(error.description)
         }
@@ -282,7 +287,7 @@ enum MountpointCheck {
         guard info.st_mode & S_IFMT == S_IFDIR else { throw CommandFailure("mountpoint \(path) is not a directory") }
         if isMountpoint(path) { throw CommandFailure("\(path) is already a mount point: unmount it first") }
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
-        if !entries.isEmpty { throw CommandFailure("mountpoint \(path) is not empty (\(entries.count) entries): mount on an empty directory") }
+        if !entries.isEmpty { throw CommandFailure("mountpoint \(path) is not empty (\(entries.count == 1 ? "1 entry" : "\(entries.count) entries")): mount on an empty directory") }
     }
 
     /// Whether `path` is listed as a mount point in /proc/self/mountinfo.

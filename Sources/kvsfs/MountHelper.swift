@@ -46,7 +46,7 @@ struct MountHelper: ParsableCommand {
         try FileManager.default.createDirectory(at: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         // Checked before the daemon's log is opened there: a link another user planted in the
         // directory must not take the log (it is also opened with O_NOFOLLOW).
-        try OwnFiles.checkDataDirectory(dataDirectory.path)
+        _ = try OwnFiles.trustedDataDirectory(dataDirectory.path)
         let log = dataDirectory.appendingPathComponent("\(store).log").path
         let daemon = try StartingDaemon.spawn(["kvsfs", "mount"] + options.arguments, log: log)
         try daemon.awaitReady(within: Self.startTimeout)

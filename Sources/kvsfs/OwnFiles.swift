@@ -11,9 +11,38 @@ enum OwnFiles {
     /// The most bytes a token file may hold: a token is a line.
     static let maximumTokenFileBytes = 64 << 10
 
+    /// The data directory `path` names, resolved, once it and every directory above it are
+    /// trusted: each owned by this user or root; the data directory not writable by group or
+    /// others; a directory above it only if sticky (as /tmp is), where no one else can move
+    /// or remove what is ours.
+    static func trustedDataDirectory(_ path: String) throws -> String {
+        guard let resolvedPointer = realpath(path, nil) else {
+            throw CommandFailure("cannot use the data directory \(path): \(String(cString: strerror(errno)))")
+        }
+        let resolved = String(cString: resolvedPointer)
+        free(resolvedPointer)
+        try checkDataDirectory(resolved)
+        var above = (resolved as NSString).deletingLastPathComponent
+        while true {
+            var info = stat()
+            guard stat(above, &info) == 0 else {
+                throw CommandFailure("cannot use the data directory \(path): \(above): \(String(cString: strerror(errno)))")
+            }
+            try checkOwner(info, of: "the directory \(above), above the data directory", path: above)
+            let mode = info.st_mode & 0o7777
+            if mode & 0o022 != 0, mode & mode_t(S_ISVTX) == 0 {
+                throw CommandFailure("the directory \(above), above the data directory, may be written by group or others "
+                    + "(mode \(octal(mode))): run 'chmod go-w \(above)' or use another data directory")
+            }
+            if above == "/" { break }
+            above = (above as NSString).deletingLastPathComponent
+        }
+        return resolved
+    }
+
     /// Refuses a data directory that another user than this one (or root) owns, or that group
     /// or others may write.
-    static func checkDataDirectory(_ path: String) throws {
+    private static func checkDataDirectory(_ path: String) throws {
         var info = stat()
         guard stat(path, &info) == 0 else {
             throw CommandFailure("cannot use the data directory \(path): \(String(cString: strerror(errno)))")

@@ -44,6 +44,22 @@ struct OwnFilesTests {
         #expect(result.standardError.hasPrefix("Error: the data directory \(data) belongs to another user (uid 65534)"), "\(result)")
     }
 
+    @Test("a directory above the data directory that others may write is refused, unless sticky as /tmp is")
+    func writableParent() throws {
+        let dir = TemporaryDirectory("kvsfs-own")
+        defer { dir.remove() }
+        let parent = dir.subdirectory("shared")
+        let data = dir.subdirectory("shared/data")
+        #expect(chmod(parent, 0o777) == 0)
+        let refused = try refusedMount(dir, ["--data-dir", data, "--remote", "none"])
+        #expect(refused.status == 1)
+        #expect(refused.standardError == "Error: the directory \(parent), above the data directory, may be written by group or others "
+                + "(mode 0777): run 'chmod go-w \(parent)' or use another data directory\n", "\(refused)")
+        #expect(chmod(parent, 0o1777) == 0)
+        let daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: data, extraArguments: ["--remote", "none"])
+        #expect(daemon.stop() == 0, "a sticky directory above is trusted: \(daemon.logText())")
+    }
+
     @Test("a token file that group or others may read is refused, and its token never used", arguments: [0o644, 0o640, 0o604, 0o660])
     func readableTokenFile(mode: Int) throws {
         let dir = TemporaryDirectory("kvsfs-own")
@@ -55,6 +71,22 @@ struct OwnFilesTests {
         #expect(result.status == 1)
         #expect(result.standardError == "Error: the token file \(token) may be read or written by group or others "
                 + "(mode 0\(String(mode, radix: 8))): run 'chmod 600 \(token)'\n", "\(result)")
+    }
+
+    @Test("a refused token file changes nothing in the store: the limits given with it are not kept")
+    func refusalChangesNothing() throws {
+        let dir = TemporaryDirectory("kvsfs-own")
+        defer { dir.remove() }
+        let token = dir.path + "/token"
+        try writeTokenFile("kvs_a_b", to: token)
+        #expect(chmod(token, 0o644) == 0)
+        let data = dir.subdirectory("data")
+        let refused = try refusedMount(dir, ["--data-dir", data, "--quota-keys", "3", "--remote", "http://127.0.0.1:1", "--token-file", token])
+        #expect(refused.status == 1, "\(refused)")
+        let daemon = try DaemonMount(mountpoint: dir.subdirectory("mnt"), dataDirectory: data, extraArguments: ["--remote", "none"])
+        defer { daemon.stop() }
+        let status = try run(kvsfsBinary, ["status", daemon.mountpoint])
+        #expect(status.standardOutput.contains("of 1024 used"), "the store keeps its limit of keys: \(status)")
     }
 
     @Test("a FIFO or an empty file as the token file is refused at once")
