@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Glibc
 import Logging
+import Synchronization
 
 /// What the daemons (`kvsfs mount`, `kvsfs serve`) say: one line per message on standard
 /// error, with the time, the process id and the level. Run by systemd (JOURNAL_STREAM names
@@ -17,6 +18,8 @@ struct DaemonLogHandler: LogHandler {
     let toJournal: Bool
 
     static let maximumLineBytes = 8192
+    /// One line is written whole before the next starts, whichever thread logs it.
+    private static let writing = Mutex(())
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
@@ -29,14 +32,10 @@ struct DaemonLogHandler: LogHandler {
         if !fields.isEmpty {
             text += " (" + fields.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + ")"
         }
-        let line: String
-        if toJournal {
-            line = "<\(Self.priority(event.level))>" + Self.oneLine(text)
-        } else {
-            line = "\(Self.time()) kvsfs[\(getpid())] \(event.level): " + Self.oneLine(text)
-        }
+        let prefix = toJournal ? "<\(Self.priority(event.level))>" : "\(Self.time()) kvsfs[\(getpid())] \(event.level): "
+        let line = prefix + Self.oneLine(text, within: Self.maximumLineBytes - prefix.utf8.count)
         let bytes = Array((line + "\n").utf8)
-        bytes.withUnsafeBytes { buffer in
+        Self.writing.withLock { _ in bytes.withUnsafeBytes { buffer in
             var done = 0
             while done < buffer.count {
                 let written = write(STDERR_FILENO, buffer.baseAddress! + done, buffer.count - done)
@@ -44,12 +43,12 @@ struct DaemonLogHandler: LogHandler {
                 if written <= 0 { return }  // a log that cannot be written loses its line, not the daemon
                 done += written
             }
-        }
+        } }
     }
 
-    /// `text` as one line of at most `maximumLineBytes` bytes: control characters written as
-    /// escapes.
-    static func oneLine(_ text: String) -> String {
+    /// `text` as one line of at most `limit` bytes: control characters written as escapes, and
+    /// a backslash doubled, so that an escape in the log is always one the log made.
+    static func oneLine(_ text: String, within limit: Int = maximumLineBytes) -> String {
         var line = ""
         var bytes = 0
         for scalar in text.unicodeScalars {
@@ -57,12 +56,13 @@ struct DaemonLogHandler: LogHandler {
             case "\n": "\\n"
             case "\r": "\\r"
             case "\t": "\\t"
+            case "\\": "\\\\"
             case "\u{7F}", _ where scalar.value < 0x20 || (0x80..<0xA0).contains(scalar.value):
                 "\\u{\(String(scalar.value, radix: 16))}"
             default: String(scalar)
             }
             bytes += piece.utf8.count
-            if bytes > maximumLineBytes - 3 { return line + "..." }
+            if bytes > limit - 3 { return line + "..." }
             line += piece
         }
         return line

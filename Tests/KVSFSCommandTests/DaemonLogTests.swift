@@ -14,6 +14,7 @@ struct DaemonLogTests {
         let line = DaemonLogHandler.oneLine(hostile)
         #expect(line == "refused\\n<2>kvsfs[1] critical: forged\\r\\u{1b}[31m\\tend")
         #expect(!line.contains("\n"))
+        #expect(DaemonLogHandler.oneLine(#"a\nb"#) == #"a\\nb"#, "a backslash written by the message is doubled")
     }
 
     @Test("a line is cut at 8192 bytes")
