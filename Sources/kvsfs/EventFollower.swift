@@ -35,6 +35,22 @@ struct EventFollower {
     }
     mutating func skipToEnd() { handle.seekToEndOfFile() }
 
+    /// Hands the whole lines logged so far to `output`, in chunks, leaving the follower past
+    /// them (a line still being written is left for `follow`).
+    mutating func printLogged(_ output: (Data) -> Void) {
+        var partial = Data()
+        while true {
+            let chunk = handle.readData(ofLength: 64 << 10)
+            if chunk.isEmpty { break }
+            partial.append(chunk)
+            if let lastNewline = partial.lastIndex(of: UInt8(ascii: "\n")) {
+                output(Data(partial[partial.startIndex...lastNewline]))
+                partial.removeSubrange(partial.startIndex...lastNewline)
+            }
+        }
+        if !partial.isEmpty { handle.seek(toFileOffset: handle.offsetInFile - UInt64(partial.count)) }
+    }
+
     /// Hands every whole line written from here on to `output`, for ever.
     mutating func follow(_ output: (Data) -> Void) -> Never {
         var partial = Data()

@@ -56,17 +56,23 @@ struct Events: ParsableCommand {
             Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|push-deferred|remote-reset|refused-remote-change|apply-failed|conflict|refused-local-write","time":"..."} \
             (all but server-change and initial-sync also carry "message"). With --since, a reader resumes after the \
             cursor of the last line it took; when the log no longer holds what came right after it, the first line \
-            is {"keys":[],"message":"...","reason":"resync","time":"..."}. Runs until interrupted.
+            is {"keys":[],"message":"...","reason":"resync","time":"..."}. With --all or --since it prints what is \
+            logged and exits, as tail does; with -f too, it goes on printing events as they happen. Without either, it \
+            prints events as they happen until interrupted.
             """)
 
     @Argument(help: "A kvsfs mount.")
     var mountpoint: String
 
-    @Flag(help: "Print the events already logged first.")
+    @Flag(help: "Print the events already logged, then exit (with -f, go on).")
     var all = false
 
-    @Option(help: ArgumentHelp("Print the events logged after this cursor first (a resync line if they are gone).", valueName: "cursor"))
+    @Option(help: ArgumentHelp("Print the events logged after this cursor (a resync line if they are gone), then exit (with -f, go on).",
+                               valueName: "cursor"))
     var since: Int64?
+
+    @Flag(name: [.short, .long], help: "After --all or --since, go on printing events as they happen, as tail -f does.")
+    var follow = false
 
     func validate() throws {
         if let since, since < 0 { throw ValidationError("--since takes a cursor of 0 or more") }
@@ -80,9 +86,12 @@ struct Events: ParsableCommand {
         var log = try EventFollower(path: path)
         if let since {
             FileHandle.standardOutput.write(Data(try log.resume(after: since).map { $0 + "\n" }.joined().utf8))
-        } else if !all {
+        } else if all {
+            log.printLogged { FileHandle.standardOutput.write($0) }
+        } else {
             log.skipToEnd()
         }
-        log.follow { FileHandle.standardOutput.write($0) }
+        // What is logged is printed; following is asked for, or the only thing asked.
+        if follow || (since == nil && !all) { log.follow { FileHandle.standardOutput.write($0) } }
     }
 }
