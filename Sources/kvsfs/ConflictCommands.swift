@@ -90,8 +90,11 @@ struct Resolve: ParsableCommand {
             throw CommandFailure("\(key.name.debugDescription) has no open conflict")
         }
         // The conflict as read here: one that changed since is refused, not settled blind.
-        _ = try ControlClient.send(ControlRequest(command: .resolve, key: key.name, losers: conflict.lost.map(\.stamp), won: conflict.won.stamp,
-                                                  keepLost: keepLocal, keepDevice: device), to: key.mountpoint)
+        let note = try ControlClient.send(ControlRequest(command: .resolve, key: key.name, losers: conflict.lost.map(\.stamp),
+                                                         won: conflict.won.stamp, keepLost: keepLocal, keepDevice: device),
+                                          to: key.mountpoint)
+        // Settled, but not yet where other devices see it: said, as a warning, with status 0.
+        if !note.isEmpty { FileHandle.standardError.write(Data(("kvsfs: " + String(decoding: note, as: UTF8.self) + "\n").utf8)) }
     }
 }
 

@@ -35,7 +35,8 @@ final class ControlSocket: @unchecked Sendable {
         /// Reading a request from, or answering, this connection: cut at unmount, so that a
         /// peer that sends nothing cannot hold the unmount for its deadline.
         case exchanging(Int32)
-        /// Acting on a request read whole: finished before the store closes.
+        /// Acting on a request read whole, then answering it: finished before the store closes,
+        /// its answer within its own deadline.
         case working
         /// Unmounting: no more connections.
         case stopped
@@ -127,8 +128,8 @@ final class ControlSocket: @unchecked Sendable {
             // whose data is left unread sees a reset connection, not the refusal.
             let body = request.command == .import ? try incoming.read(limit: ControlConnection.maximumImportBytes) : []
             try checkDevice(request.device)
+            // From here the act is done or refused, and its answer is owed: no longer cut.
             guard moving(to: .working) else { throw CommandFailure("the mount is being unmounted") }
-            defer { _ = moving(to: .exchanging(socket)) }
             reply = ControlAnswer.success(try perform(request, body: body))
         } catch let failure as ControlConnection.Failure {
             logger.warning("a control request was not read whole: \(failure)")
@@ -205,7 +206,10 @@ final class ControlSocket: @unchecked Sendable {
             } catch {
                 throw CommandFailure("cannot settle the conflict of \(conflict.key.debugDescription): \(error)")
             }
-            return []
+            // Settled here; the other devices learn of it when the remote takes the change.
+            guard let sync, case .offline(let reason) = sync.standing().reachability else { return [] }
+            return Array(("the conflict of \(conflict.key.debugDescription) is settled on this mount, but the resolution is "
+                + "pending: \(reason); it is pushed when the remote answers").utf8)
         case .synchronize, .replaceWithRemote:
             guard let sync else { throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs: it has no remote") }
             try Self.retryingWhileBusy(for: .seconds(Self.remoteDeadline)) {

@@ -35,6 +35,37 @@ struct ConflictTests {
         }
     }
 
+    @Test("resolve while the remote cannot be reached settles the conflict here and says the resolution is pending")
+    func resolvePending() throws {
+        let dir = TemporaryDirectory("kvsfs-conflicts")
+        defer { dir.remove() }
+        let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite")
+        defer { server.stop() }
+        try writeTokenFile(try server.admin(["account", "create", "alice"]), to: dir.path + "/token")
+        let remote = ["--remote", server.url, "--token-file", dir.path + "/token"]
+        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        defer { a.stop() }
+        do {
+            let offline = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"),
+                                          extraArguments: ["--remote", "none"])
+            defer { offline.stop() }
+            try #require(try run(kvsfsBinary, ["set", offline.path("theme"), "-string", "laptop"]).status == 0)
+        }
+        let written = try shell("\(kvsfsBinary) set \(a.path("theme")) -string phone && \(kvsfsBinary) sync \(a.mountpoint)")
+        try #require(written.status == 0, "\(written)")
+        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
+        defer { b.stop() }
+        try #require(try run(kvsfsBinary, ["sync", b.mountpoint]).status == 0)
+        #expect(server.stop() == 0)
+        #expect(try run(kvsfsBinary, ["sync", b.mountpoint]).status == 1, "the remote cannot be reached now")
+        let resolved = try run(kvsfsBinary, ["resolve", b.path("theme"), "--keep-local"])
+        #expect(resolved.status == 0, "\(resolved)")
+        #expect(resolved.standardError == "kvsfs: the conflict of \"theme\" is settled on this mount, but the resolution is pending: "
+                + "the remote cannot be reached: connection refused by 127.0.0.1:\(server.port); it is pushed when the remote answers\n",
+                "\(resolved)")
+        #expect(try run(kvsfsBinary, ["get", b.path("theme")]).standardOutput == "laptop\n")
+    }
+
     /// theme: B's and C's changes, made first, lose to A's; font: A's, made first, loses to B's.
     private func scenario(mountA: () throws -> DaemonMount, mountOther: (_ name: String, _ offline: Bool) throws -> DaemonMount) throws {
         let a = try mountA()
