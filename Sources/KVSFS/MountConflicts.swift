@@ -37,7 +37,7 @@ extension KeyConflict {
     }
 
     private static func summary(of side: KeptChange) -> String {
-        let time = side.stamp.date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+        let time = side.stamp.timeText
         guard let type = side.type, let value = side.value else { return "\(time) \(side.stamp.device) removed" }
         return "\(time) \(side.stamp.device) \(type.rawValue) \(value.count)"
     }

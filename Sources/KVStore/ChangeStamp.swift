@@ -227,3 +227,23 @@ public enum ExternalApplyMode: Sendable, Equatable {
     /// Unconditionally: the store now follows another account's values.
     case replace
 }
+
+extension ChangeStamp {
+    /// The stamp's time as every view prints it (the xattrs, `kvsfs conflicts`, `kvsfs
+    /// history`): ISO 8601 in UTC to the millisecond, made from the integer milliseconds
+    /// themselves, so that no view rounds a time another way than the next.
+    public var timeText: String { Self.timeText(milliseconds: time) }
+
+    public static func timeText(milliseconds: Int64) -> String {
+        var (seconds, millisecond) = milliseconds.quotientAndRemainder(dividingBy: 1000)
+        if millisecond < 0 {
+            seconds -= 1
+            millisecond += 1000
+        }
+        var clock = time_t(seconds)
+        var parts = tm()
+        guard gmtime_r(&clock, &parts) != nil else { return "\(milliseconds) ms" }
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+                      Int(parts.tm_hour), Int(parts.tm_min), Int(parts.tm_sec), Int(millisecond))
+    }
+}

@@ -51,13 +51,8 @@ struct History: ParsableCommand {
         }.joined()
     }
 
-    /// Milliseconds since 1970 as ISO 8601 in UTC, to the millisecond.
-    static func timeText(_ milliseconds: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000))
-    }
+    /// Milliseconds since 1970 as every view prints a stamp's time (`ChangeStamp.timeText`).
+    static func timeText(_ milliseconds: Int64) -> String { ChangeStamp.timeText(milliseconds: milliseconds) }
 }
 
 struct Revert: ParsableCommand {
