@@ -87,7 +87,7 @@ public struct NetworkFailure: Equatable, Sendable, CustomStringConvertible {
         }
     }
 
-    static func seconds(_ amount: TimeAmount) -> String {
+    public static func seconds(_ amount: TimeAmount) -> String {
         let seconds = Double(amount.nanoseconds) / 1e9
         return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }

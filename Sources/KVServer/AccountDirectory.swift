@@ -128,7 +128,7 @@ public struct AccountDirectory: Sendable {
     /// The id a presented token names, for the log: never its secret. A token not of the
     /// form has no id; its first bytes, in words, stand in.
     public static func tokenID(of token: String) -> String {
-        if let (id, _) = parse(token), id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) { return id }
+        if let (id, _) = parse(token), id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) { return id }
         return "(a token not of the form kvs_ID_SECRET)"
     }
 

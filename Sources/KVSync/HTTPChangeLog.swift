@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import KVCloud
+import KVNetwork
 import KVStore
 import KVWire
 import NIOCore
@@ -184,7 +185,7 @@ public final class HTTPChangeLog: ChangeLog {
         do {
             _ = try NIOSSLCertificate.fromPEMFile(caFile)
         } catch {
-            throw CloudError.refused("cannot read the CA certificate \(caFile): \(error)")
+            throw CloudError.refused("cannot read the CA certificate \(caFile): it is not a file of PEM certificates")
         }
         return trustingClients.withLock { clients in
             if let client = clients[caFile] { return client }
@@ -228,7 +229,9 @@ public final class HTTPChangeLog: ChangeLog {
         let response = try await send(method, path, body: body, timeout: timeout)
         let data: Data
         do {
-            data = Data(try await response.body.collect(upTo: 64 << 20).readableBytesView)
+            data = try await ResponseBody.collect(response, upTo: 64 << 20, within: timeout)
+        } catch is ResponseBody.TimedOut {
+            throw .unreachable(.timedOut, "\(base) did not send the whole answer within \(NetworkFailure.seconds(timeout))")
         } catch {
             throw TransportFailure.cloudError(error, base: base)
         }
@@ -256,11 +259,15 @@ public final class HTTPChangeLog: ChangeLog {
             throw TransportFailure.cloudError(error, base: base)
         }
         guard response.status == .ok else {
-            let data = Data((try? await response.body.collect(upTo: 1 << 20))?.readableBytesView ?? ByteBuffer().readableBytesView)
-            let message = (try? JSONDecoder().decode(ErrorResponse.self, from: data).error.message) ?? response.status.reasonPhrase
+            // The refusal's words are the server's, and the server is not trusted: they are read
+            // within the request's time, at most 64 KiB, and kept as one line of at most 1000
+            // characters (`ServerWords`) wherever they go: stderr, xattrs, the event log.
+            let body = await ServerWords.body(of: response, within: timeout)
+            let said = (try? JSONDecoder().decode(ErrorResponse.self, from: body).error.message) ?? response.status.reasonPhrase
+            let message = ServerWords.line(said)
             switch response.status {
             case .tooManyRequests, .serviceUnavailable:
-                let after = response.headers.first(name: "Retry-After").flatMap { Int64($0) }.map { Duration.seconds($0) }
+                let after = ServerWords.retryAfter(response.headers.first(name: "Retry-After"))
                 throw .busy(retryAfter: after, "\(response.status.code) \(message)")
             case .unauthorized, .forbidden:
                 throw .notAuthorized(message)

@@ -215,6 +215,7 @@ struct Mount: ParsableCommand {
         let id = store.storeID
         guard let token else { throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN") }
         guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: token, identityStore: id), store: id) }
+        try OwnFiles.checkRegularFile(tlsCA, what: "the CA certificate")
         do {
             let client = try HTTPChangeLog.client(trusting: tlsCA)
             return ChangeLogRemote(HTTPChangeLog(url: url, token: token, client: client, identityStore: id), store: id)

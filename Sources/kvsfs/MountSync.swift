@@ -16,8 +16,11 @@ enum RemoteLocation {
         return String(url.dropFirst("file://".count))
     }
 
-    /// Whether `url` names a sync server: https://HOST:PORT[/ACCOUNT], or http:// on loopback.
+    /// Whether `url` names a sync server: https://HOST:PORT[/ACCOUNT], or http:// on loopback;
+    /// a port, if given, from 1 to 65535.
     static func isServer(_ url: String) -> Bool {
+        guard let components = URLComponents(string: url), components.host?.isEmpty == false,
+              components.port.map({ (1...65535).contains($0) }) ?? true else { return false }
         if url.hasPrefix("https://") { return true }
         guard url.hasPrefix("http://") else { return false }
         let host = url.dropFirst("http://".count).split(separator: "/").first.map { String($0) } ?? ""

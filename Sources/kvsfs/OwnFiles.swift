@@ -94,6 +94,18 @@ enum OwnFiles {
         return token
     }
 
+    /// Refuses a file to be read that is not a regular file (a FIFO would hang the reader
+    /// before anything is said), naming it as `what`.
+    static func checkRegularFile(_ path: String, what: String) throws {
+        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+        guard descriptor >= 0 else { throw CommandFailure("cannot read \(what) \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            throw CommandFailure("\(what) \(path) is not a regular file")
+        }
+    }
+
     private static func checkOwner(_ info: stat, of what: String, path: String) throws {
         guard info.st_uid == getuid() || info.st_uid == 0 else {
             throw CommandFailure("\(what) belongs to another user (uid \(info.st_uid)): "

@@ -116,6 +116,10 @@ struct Serve: ParsableCommand {
     func run() throws {
         ProcessLimits.allowManyOpenFiles()
         log.bootstrap()
+        if let tlsCertificate, let tlsKey {
+            try OwnFiles.checkRegularFile(tlsCertificate, what: "the TLS certificate")
+            try OwnFiles.checkRegularFile(tlsKey, what: "the TLS key")
+        }
         let logger = Logger(label: "kvsfs.serve")
         let certificate = tlsCertificate.map { ServerCertificate(certificatePath: $0, keyPath: tlsKey!) }
         let (host, port) = address!
@@ -134,7 +138,9 @@ struct Serve: ParsableCommand {
                                              })
             } catch {
                 await storage.close()
-                throw CommandFailure(String(describing: error))
+                // The setup fails on the certificate and key (read when TLS is made): said in words.
+                throw CommandFailure(certificate == nil ? "cannot serve on \(host):\(port)"
+                    : "cannot serve TLS with \(tlsCertificate ?? "") and \(tlsKey ?? ""): they must be a PEM certificate chain and its private key")
             }
             // A graceful shutdown waits for the requests in progress: end the long polls at once.
             let shutdown = [SIGTERM, SIGINT].map { signalNumber in
