@@ -25,6 +25,7 @@ extension KeyValueFileSystem {
         let name = KeyName.canonical(name)
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
+            let remoteWrite = sync?.remoteWrite(in: context)
             // A new file made as mkstemp makes one, under rsync's name for it, is rsync's
             // temporary file: scratch (`EditorFileRule`). A file of that name that exists is
             // found below as what it is.
@@ -35,9 +36,9 @@ extension KeyValueFileSystem {
             if case .key = nameClass { try checkWritable(context) }
             if let existing = try visibleNode(named: name, in: &ns) {
                 if flags.exclusive { throw FileSystemError.fileExists }
-                if flags.isWritable { try checkMayBecomeKey(existing, remoteWrite: sync?.remoteWrite(in: context)) }
+                if flags.isWritable { try checkMayBecomeKey(existing, remoteWrite: remoteWrite) }
                 existing.lookups += 1
-                return (entry(for: existing), open(existing, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns))
+                return (entry(for: existing), open(existing, flags: flags, remoteWrite: remoteWrite, in: &ns))
             }
             guard ns.pendingFiles < configuration.maxPendingFiles else {
                 throw FileSystemError.tooManyEditorFiles(limit: configuration.maxPendingFiles)
@@ -47,7 +48,7 @@ extension KeyValueFileSystem {
             case .editorFile:
                 kind = .editorFile(EditorFile(content: [], hiddenKey: nil))
             case .key(let key):
-                if store.entry(forKey: key) == nil, sync?.remoteWrite(in: context) == nil {
+                if store.entry(forKey: key) == nil, remoteWrite == nil {
                     do {
                         try store.ledger.checkNewKey(usage: store.usage)
                     } catch {
@@ -59,13 +60,13 @@ extension KeyValueFileSystem {
             }
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
             // A new key's mode is judged when its first value is committed (`ModeRule`).
-            if case .key = nameClass, sync?.remoteWrite(in: context) == nil,
+            if case .key = nameClass, remoteWrite == nil,
                !modeRule.admitsCreated(mode: mode) {
                 node.modeAsked = mode
             }
             ns.directoryModifiedAt = node.modifiedAt
             node.lookups += 1
-            return (entry(for: node), open(node, flags: flags, remoteWrite: sync?.remoteWrite(in: context), in: &ns))
+            return (entry(for: node), open(node, flags: flags, remoteWrite: remoteWrite, in: &ns))
         }
     }
 

@@ -1,7 +1,8 @@
 import Foundation
 import KVStore
 
-/// Any bytes, through the one decoder behind every property-list format the store reads.
+/// Any bytes, through the one decoder behind every property-list format the store reads, and
+/// as a key path into what they decode to.
 ///
 /// Invariant: a value the decoder returns and the canonical XML (or binary) encoder accepts
 /// decodes from that encoding to the same value. An encoder refusing a value is not a failure
@@ -9,6 +10,12 @@ import KVStore
 enum PropertyListFuzzing {
     static func run(_ bytes: [UInt8]) {
         guard let value = try? PropertyListCodec.decode(bytes) else { return }
+        // `kvsfs get FILE KEYPATH`: any path walks any value to a member or says which is missing.
+        do {
+            _ = try value.member(at: PropertyListKeyPath(String(decoding: bytes.prefix(256), as: UTF8.self)))
+        } catch {
+            if error.description.isEmpty { fatalError("a missing member is not said") }
+        }
         for format in ValueFormat.allCases {
             guard let encoded = try? PropertyListCodec.encode(value, as: format) else { continue }
             let again: PropertyListValue

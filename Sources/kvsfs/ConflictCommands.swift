@@ -35,7 +35,7 @@ struct Conflicts: ParsableCommand {
             print(Self.visible(KeyFileName.fileName(forKey: conflict.key)))
             for (label, side) in conflict.lost.map({ ("lost", $0) }) + [("won ", conflict.won)] {
                 let kind = side.type.map { "\($0.rawValue), \(side.value?.count ?? 0) bytes" } ?? "removed"
-                print("  \(label)  \(History.timeText(side.stamp.time))  \(side.stamp.device)  \(kind)")
+                print("  \(label)  \(side.stamp.timeText)  \(side.stamp.device)  \(kind)")
                 if let value = try ConflictList.value(of: side, key: conflict.key) {
                     var text = try ValueText.plain(value)
                     if text.unicodeScalars.last == "\n" { text.unicodeScalars.removeLast() }  // not a CR before it
@@ -154,7 +154,7 @@ enum ConflictList {
             var value: String?
 
             init(_ side: KeptChange) {
-                time = History.timeText(side.stamp.time)
+                time = side.stamp.timeText
                 device = side.stamp.device
                 type = side.type?.rawValue ?? "removed"
                 size = side.value?.count ?? 0

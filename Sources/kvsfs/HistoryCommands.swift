@@ -40,7 +40,7 @@ struct History: ParsableCommand {
     /// Columns as `ls -l` aligns them, under a heading line.
     static func table(_ versions: [KeyVersion]) -> String {
         let rows = [["VERSION", "TIME", "DEVICE", "TYPE", "SIZE"]] + versions.map { version in
-            [String(version.version), timeText(version.stamp.time), version.stamp.device,
+            [String(version.version), version.stamp.timeText, version.stamp.device,
              version.type?.rawValue ?? "removed", String(version.size)]
         }
         let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }
@@ -51,8 +51,6 @@ struct History: ParsableCommand {
         }.joined()
     }
 
-    /// Milliseconds since 1970 as every view prints a stamp's time (`ChangeStamp.timeText`).
-    static func timeText(_ milliseconds: Int64) -> String { ChangeStamp.timeText(milliseconds: milliseconds) }
 }
 
 struct Revert: ParsableCommand {

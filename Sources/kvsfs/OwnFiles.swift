@@ -59,17 +59,8 @@ enum OwnFiles {
     /// The token in the file at `path` (its first line, trimmed): a regular file of this user
     /// (or root) that neither group nor others may read or write, and not empty.
     static func readToken(_ path: String) throws -> String {
-        // O_NONBLOCK: a FIFO planted there must not hang the mount before its type is seen.
-        let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
-        guard descriptor >= 0 else {
-            throw CommandFailure("cannot read the token file \(path): \(String(cString: strerror(errno)))")
-        }
+        let (descriptor, info) = try openRegularFile(path, what: "the token file")
         defer { close(descriptor) }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0 else {
-            throw CommandFailure("cannot read the token file \(path): \(String(cString: strerror(errno)))")
-        }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw CommandFailure("the token file \(path) is not a regular file") }
         try checkOwner(info, of: "the token file \(path)", path: path)
         let mode = info.st_mode & 0o7777
         guard mode & 0o077 == 0 else {
@@ -97,13 +88,25 @@ enum OwnFiles {
     /// Refuses a file to be read that is not a regular file (a FIFO would hang the reader
     /// before anything is said), naming it as `what`.
     static func checkRegularFile(_ path: String, what: String) throws {
+        close(try openRegularFile(path, what: what).descriptor)
+    }
+
+    /// `path` opened to read, with what fstat says of it, once it is a regular file. O_NONBLOCK:
+    /// a FIFO planted there must not hang the reader before its type is seen.
+    private static func openRegularFile(_ path: String, what: String) throws -> (descriptor: Int32, info: stat) {
         let descriptor = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
         guard descriptor >= 0 else { throw CommandFailure("cannot read \(what) \(path): \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
         var info = stat()
-        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        guard fstat(descriptor, &info) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(descriptor)
+            throw CommandFailure("cannot read \(what) \(path): \(reason)")
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(descriptor)
             throw CommandFailure("\(what) \(path) is not a regular file")
         }
+        return (descriptor, info)
     }
 
     private static func checkOwner(_ info: stat, of what: String, path: String) throws {

@@ -350,3 +350,13 @@ public func fsyncErrno(_ path: String) throws -> Int32 {
         """, path], timeout: 90)
     return Int32(result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
 }
+
+/// Makes a self-signed certificate for localhost and 127.0.0.1 in `directory` (`cert.pem`,
+/// `key.pem`), for a `kvsfs serve --tls-cert --tls-key` the test starts.
+public func makeSelfSignedCertificate(in directory: String) throws {
+    let made = try shell("""
+        cd \(directory) && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \\
+          -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout key.pem -out cert.pem 2>&1
+        """)
+    guard made.status == 0 else { throw DaemonError(description: "openssl could not make a certificate: \(made)") }
+}
