@@ -143,20 +143,19 @@ struct Serve: ParsableCommand {
                     : "cannot serve TLS with \(tlsCertificate ?? "") and \(tlsKey ?? ""): they must be a PEM certificate chain and its private key")
             }
             // A graceful shutdown waits for the requests in progress: end the long polls at once.
+            let stopping = StopNotice(server: server, logger: logger)
             let shutdown = [SIGTERM, SIGINT].map { signalNumber in
                 signal(signalNumber, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-                source.setEventHandler {
-                    logger.notice("\(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT"): finishing the requests in progress, then stopping")
-                    Readiness.stopping()
-                    server.notifier.close()
-                }
+                source.setEventHandler { stopping.tell(signalNumber == SIGTERM ? "SIGTERM" : "SIGINT") }
                 source.resume()
                 return source
             }
             let follower = Task { await server.followOtherServers() }
             defer { follower.cancel() }
             try await app.runService()
+            // The service's own signal handler may have ended it before this one ran.
+            stopping.tell("a signal")
             follower.cancel()
             await follower.value
             await storage.close()
@@ -307,5 +306,28 @@ struct Token: ParsableCommand {
                 print("\(token.id)\t\(scope)\t\(token.revoked ? "revoked" : "active")")
             }
         }
+    }
+}
+
+/// What serve does once when told to stop, whichever of its handlers hears the signal first:
+/// systemd hears STOPPING=1, the long polls end, and the log says so.
+private final class StopNotice: Sendable {
+    private let told = Mutex(false)
+    private let server: SyncServer
+    private let logger: Logger
+
+    init(server: SyncServer, logger: Logger) {
+        self.server = server
+        self.logger = logger
+    }
+
+    func tell(_ cause: String) {
+        guard told.withLock({ told in
+            defer { told = true }
+            return !told
+        }) else { return }
+        Readiness.stopping()
+        server.notifier.close()
+        logger.notice("\(cause): finishing the requests in progress, then stopping")
     }
 }
