@@ -35,19 +35,38 @@ struct HostileServerTests {
                             if not chunk:
                                 return
                             data += chunk
+                        # The whole request is read before the answer: closing a socket with
+                        # unread bytes sends a reset, which can reach the mount before the answer.
+                        head, _, body = data.partition(b"\\r\\n\\r\\n")
+                        length = 0
+                        for line in head.split(b"\\r\\n")[1:]:
+                            name, _, value = line.partition(b":")
+                            if name.strip().lower() == b"content-length":
+                                length = int(value.strip())
+                        while len(body) < length:
+                            chunk = connection.recv(65536)
+                            if not chunk:
+                                return
+                            body += chunk
                         with lock:
                             count += 1
                             open(count_file, "w").write(str(count))
                         if mode in ("huge-retry", "zero-retry"):
                             after = b"9223372036854775807" if mode == "huge-retry" else b"0"
-                            connection.sendall(b"HTTP/1.1 503 Service Unavailable\\r\\nRetry-After: " + after + b"\\r\\nContent-Length: 0\\r\\n\\r\\n")
+                            connection.sendall(b"HTTP/1.1 503 Service Unavailable\\r\\nConnection: close\\r\\nRetry-After: " + after + b"\\r\\nContent-Length: 0\\r\\n\\r\\n")
                         elif mode == "words":
                             body = json.dumps({"error": {"message": "evil\\n<2>kvsfs[1] critical: FORGED\\r\\x1b[31mred " + "X" * 20000}}).encode()
-                            connection.sendall(b"HTTP/1.1 401 Unauthorized\\r\\nContent-Type: application/json\\r\\nContent-Length: "
+                            connection.sendall(b"HTTP/1.1 401 Unauthorized\\r\\nConnection: close\\r\\nContent-Type: application/json\\r\\nContent-Length: "
                                                + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
                         elif mode == "stalled-body":
-                            connection.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: 1000\\r\\n\\r\\n{")
+                            connection.sendall(b"HTTP/1.1 200 OK\\r\\nConnection: close\\r\\nContent-Type: application/json\\r\\nContent-Length: 1000\\r\\n\\r\\n{")
                             time.sleep(120)
+                        connection.shutdown(socket.SHUT_WR)
+                        connection.settimeout(5)
+                        while connection.recv(65536):
+                            pass
+                    except OSError:
+                        pass
                     finally:
                         connection.close()
                 while True:
