@@ -27,6 +27,15 @@ package struct Admission: Sendable {
         }
     }
 
+    /// The names the admitted changes give their devices (`DeviceName`), by device id.
+    package var deviceNames: [String: String] {
+        var names: [String: String] = [:]
+        for change in changes {
+            if let name = change.deviceName { names[change.stamp.device] = name }
+        }
+        return names
+    }
+
     /// The refusals, in order.
     package var refused: [Refusal] {
         entries.compactMap { entry in
@@ -71,8 +80,8 @@ public struct AdmissionPolicy: Sendable {
     }
 }
 
-/// The change rule at a replica's door: `KeyName`, the fields of `StampRule`, and the value
-/// rule of `PropertyListCodec`.
+/// The change rule at a replica's door: `KeyName`, the fields of `StampRule`, `DeviceName`, and
+/// the value rule of `PropertyListCodec`.
 package enum ChangeAdmission {
     /// The most one value may decode to at any replica, whatever its store's quota.
     package static let largestValue = 64 << 20
@@ -122,6 +131,7 @@ package enum ChangeAdmission {
         try rule.checkFields(change.stamp)
         guard !change.key.isEmpty else { throw .emptyKey }
         if case .change(let replaced) = change.replaces { try rule.checkFields(replaced) }
+        if let name = change.deviceName { try DeviceName.check(name) }
         for settled in change.settles { try rule.checkFields(settled) }
         var admitted = change
         admitted.key = KeyName.canonical(change.key)

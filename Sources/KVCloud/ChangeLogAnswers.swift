@@ -99,17 +99,43 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
     /// The last change in the batch, at its cursor: the reader's history mark from here on.
     /// Nil when the batch has none (or its last row could not be read).
     public var mark: HistoryMark?
+    /// The names the remote keeps (`DeviceName`) of the devices that made these changes or
+    /// the changes that lost to them, by device id; a device it keeps no name of is left out.
+    public var devices: [String: String]
 
-    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil) {
+    public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil,
+                devices: [String: String] = [:]) {
         self.changes = changes
         self.cursor = cursor
         self.complete = complete
         self.unreadable = unreadable
         self.mark = mark
+        self.devices = devices
+    }
+
+    /// Every device id the batch names: the changes' and those of the changes that lost to them.
+    public var deviceIDs: Set<String> {
+        Set(changes.flatMap { [$0.stamp.device] + $0.lost.map(\.stamp.device) })
+    }
+
+    /// The names given of devices the batch names: a name given of any other id is not taken.
+    public var namedDevices: [String: String] {
+        let named = deviceIDs
+        return devices.filter { named.contains($0.key) }
     }
 
     private enum CodingKeys: String, CodingKey {
-        case changes, cursor, complete, unreadable, mark
+        case changes, cursor, complete, unreadable, mark, devices
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(changes, forKey: .changes)
+        try container.encode(cursor, forKey: .cursor)
+        try container.encode(complete, forKey: .complete)
+        try container.encode(unreadable, forKey: .unreadable)
+        try container.encodeIfPresent(mark, forKey: .mark)
+        if !devices.isEmpty { try container.encode(devices, forKey: .devices) }
     }
 
     /// `unreadable` and `mark` may be missing: a server older than the field sends none.
@@ -120,5 +146,6 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
         complete = try container.decode(Bool.self, forKey: .complete)
         unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
         mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
+        devices = try container.decodeIfPresent([String: String].self, forKey: .devices) ?? [:]
     }
 }

@@ -17,6 +17,9 @@ public struct KeyVersion: Sendable, Equatable, Codable {
     /// The canonical XML property list, when asked for (`ChangeLog.version(_:of:in:)`); nil in
     /// a listing and for a removal.
     public var value: Data?
+    /// The name the remote keeps of the device that made the change (`DeviceName`); nil when
+    /// it keeps none.
+    public var deviceName: String?
 
     public init(version: Int64, stamp: ChangeStamp, acceptedAt: Int64, type: ValueType?, size: Int, value: Data? = nil) {
         self.version = version
@@ -34,6 +37,17 @@ public struct KeyVersion: Sendable, Equatable, Codable {
     }
 
     public var isRemoval: Bool { type == nil }
+}
+
+extension [KeyVersion] {
+    /// The versions, each with the name `names` gives its device (by id), if any.
+    public func named(by names: [String: String]) -> [KeyVersion] {
+        map { version in
+            var named = version
+            named.deviceName = names[version.stamp.device]
+            return named
+        }
+    }
 }
 
 /// What a remote keeps of each key's past, per store, outside the quotas:

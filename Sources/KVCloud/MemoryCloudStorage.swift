@@ -12,12 +12,18 @@ public final class MemoryCloudStorage: CloudStorage {
         var history = HistoryPolicy.standard
         /// Per key, the versions the policy keeps, oldest first.
         var versions: [String: [KeyVersion]] = [:]
+        var devices = DeviceNameBook()
 
         /// Newest first, as `history(of:in:)` answers; none once a removal is past retention.
         func kept(_ key: String, now: Int64) -> [KeyVersion] {
             let held = (versions[key] ?? []).suffix(history.versions).reversed()
             guard let latest = held.first, history.keeps(latest: latest, now: now) else { return [] }
             return Array(held)
+        }
+
+        /// `versions`, each with the name kept of its device.
+        func named(_ versions: [KeyVersion]) -> [KeyVersion] {
+            versions.named(by: devices.names(of: versions.map(\.stamp.device)))
         }
 
         func check(_ mark: HistoryMark?) throws(CloudError) {
@@ -72,6 +78,7 @@ public final class MemoryCloudStorage: CloudStorage {
                 versions.append(KeyVersion(change, at: write.cursor, acceptedAt: admitted.now, withValue: true))
                 rows.versions[change.key] = Array(versions.suffix(rows.history.versions))
             }
+            rows.devices.keep(admitted.deviceNames)
             rows.usage = decision.state.usage
             rows.cursor = decision.state.cursor
             stores[store] = rows
@@ -87,8 +94,10 @@ public final class MemoryCloudStorage: CloudStorage {
             if cursor > newest { throw .cursorAhead(asked: cursor, store: newest) }
             let newer = (stores[store]?.latest.values ?? [:].values).filter { $0.cursor > cursor }.sorted { $0.cursor < $1.cursor }
             let batch = newer.prefix(limit)
-            return ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit,
-                               mark: batch.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) })
+            var answer = ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit,
+                                     mark: batch.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) })
+            answer.devices = stores[store]?.devices.names(of: answer.deviceIDs) ?? [:]
+            return answer
         }
     }
 
@@ -117,7 +126,7 @@ public final class MemoryCloudStorage: CloudStorage {
         let key = try HistoryPolicy.requestedKey(key)
         let now = admission.now()
         return stores.withLock { stores in
-            (stores[store]?.kept(key, now: now) ?? []).map { version in
+            (stores[store]?.named(stores[store]?.kept(key, now: now) ?? []) ?? []).map { version in
                 var listed = version
                 listed.value = nil
                 return listed
@@ -129,7 +138,7 @@ public final class MemoryCloudStorage: CloudStorage {
         try StoreName.check(store)
         let key = try HistoryPolicy.requestedKey(key)
         let now = admission.now()
-        return stores.withLock { stores in stores[store]?.kept(key, now: now).first { $0.version == version } }
+        return stores.withLock { stores in stores[store].map { $0.named($0.kept(key, now: now)) }?.first { $0.version == version } }
     }
 
     public func historyPolicy(of store: String) throws(CloudError) -> HistoryPolicy {

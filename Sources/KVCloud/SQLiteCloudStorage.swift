@@ -150,6 +150,17 @@ public final class SQLiteCloudStorage: CloudStorage {
                 END
                 """)
         }
+        migrator.registerMigration("v5 device names") { db in
+            // Per store, the name each device last gave (DeviceName), and when: the least
+            // recently told go past DeviceName.keptPerStore.
+            try db.create(table: "cloudDevice", options: [.withoutRowID]) { t in
+                t.column("store", .text).notNull()
+                t.column("device", .text).notNull()
+                t.column("name", .text).notNull()
+                t.column("told", .integer).notNull()
+                t.primaryKey(["store", "device"])
+            }
+        }
         return migrator
     }
 
@@ -210,7 +221,36 @@ public final class SQLiteCloudStorage: CloudStorage {
         let (current, unreadable) = try table.current(admission.keys)
         let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
         try table.apply(decision, current: current, now: admission.now)
+        try keep(admission.deviceNames, in: store, now: admission.now, db)
         return decision.outcome
+    }
+
+    /// Keeps the names a push gives its devices. A name kept already as it is writes nothing;
+    /// past `DeviceName.keptPerStore` names in the store, those named or renamed longest ago go.
+    private static func keep(_ names: [String: String], in store: String, now: Int64, _ db: Database) throws {
+        for (device, name) in names {
+            try db.cachedStatement(sql: """
+                INSERT INTO cloudDevice (store, device, name, told) VALUES (?, ?, ?, ?)
+                ON CONFLICT (store, device) DO UPDATE SET name = excluded.name, told = excluded.told WHERE name <> excluded.name
+                """).execute(arguments: [store, device, name, now])
+            guard db.changesCount > 0 else { continue }
+            try db.cachedStatement(sql: """
+                DELETE FROM cloudDevice WHERE store = ?1 AND device IN (
+                    SELECT device FROM cloudDevice WHERE store = ?1 ORDER BY told DESC, device LIMIT -1 OFFSET ?2)
+                """).execute(arguments: [store, DeviceName.keptPerStore])
+        }
+    }
+
+    /// The names kept of `devices` in `store`; one outside the rule (written by another
+    /// program) is not shown.
+    private static func names(of devices: some Sequence<String>, in store: String, _ db: Database) throws -> [String: String] {
+        var names: [String: String] = [:]
+        for device in Set(devices) {
+            let name = try String.fetchOne(db.cachedStatement(sql: "SELECT name FROM cloudDevice WHERE store = ? AND device = ?"),
+                                           arguments: [store, device])
+            if let name, DeviceName.isValid(name) { names[device] = name }
+        }
+        return names
     }
 
     /// Throws a history mismatch unless `store`'s rows fit `mark`.
@@ -255,6 +295,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                         batch.unreadable.append("the row at cursor \(batch.cursor) cannot be read: \(error)")
                     }
                 }
+                batch.devices = try Self.names(of: batch.deviceIDs, in: store, db)
                 return batch
             }
             return try mark == nil ? self.database.unsafeRead(read) : self.database.read(read)
@@ -310,7 +351,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                 guard let policy = try Table.historyPolicy(db: db, store: store) else { return [] }
                 let versions = try Self.versions(of: key, in: store, limit: policy.versions, valueOf: valued, db)
                 guard let latest = versions.first, policy.keeps(latest: latest, now: now) else { return [] }
-                return versions
+                return versions.named(by: try Self.names(of: versions.map(\.stamp.device), in: store, db))
             }
         }
     }

@@ -17,7 +17,50 @@ extension PostgresServerStorage {
         var keys = Array(pushedKeys.filter { !$0.utf8.contains(0) })
         if let mark, !mark.key.utf8.contains(0), !pushedKeys.contains(mark.key) { keys.append(mark.key) }
         let push = GroupedPush(store: store, admitted: admitted, pushedKeys: pushedKeys, keys: keys, mark: mark)
-        return try await pushGroups.submit(push) { [self] group in await commit(group) }
+        let outcome = try await pushGroups.submit(push) { [self] group in await commit(group) }
+        try await keep(admitted.deviceNames, in: store, now: admitted.now)
+        return outcome
+    }
+
+    /// Keeps the names a push gives its devices, after the push (the store's row exists). A
+    /// name kept already as it is writes nothing; past `DeviceName.keptPerStore` names in the
+    /// store, those named or renamed longest ago go.
+    private func keep(_ names: [String: String], in store: String, now: Int64) async throws(CloudError) {
+        guard !names.isEmpty else { return }
+        try await run {
+            for (device, name) in names {
+                let rows = try await client.query("""
+                    INSERT INTO kvsfs_device AS d (store, device, name, told) VALUES (\(store), \(device), \(name), \(now))
+                    ON CONFLICT (store, device) DO UPDATE SET name = excluded.name, told = excluded.told
+                    WHERE d.name <> excluded.name
+                    RETURNING device
+                    """, logger: logger)
+                var written = false
+                for try await _ in rows.decode(String.self) { written = true }
+                guard written else { continue }
+                try await client.query("""
+                    DELETE FROM kvsfs_device WHERE store = \(store) AND device IN (
+                        SELECT device FROM kvsfs_device WHERE store = \(store) ORDER BY told DESC, device OFFSET \(DeviceName.keptPerStore))
+                    """, logger: logger)
+            }
+        }
+    }
+
+    /// The names kept of `devices` in `store`; one outside the rule (written by another
+    /// program) is not shown.
+    func names(of devices: some Sequence<String>, in store: String) async throws(CloudError) -> [String: String] {
+        let wanted = Array(Set(devices))
+        guard !wanted.isEmpty else { return [:] }
+        return try await run {
+            let rows = try await client.query("""
+                SELECT device, name FROM kvsfs_device WHERE store = \(store) AND device = ANY(\(wanted))
+                """, logger: logger)
+            var names: [String: String] = [:]
+            for try await (device, name) in rows.decode((String, String).self) where DeviceName.isValid(name) {
+                names[device] = name
+            }
+            return names
+        }
     }
 
     /// The mark is checked before the read, in a statement of its own: a history that fits
@@ -25,7 +68,7 @@ extension PostgresServerStorage {
     public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         try StoreName.check(store)
         if let mark { try mark.check(newest: try await self.cursor(of: store), held: try await self.mark(in: store, key: mark.key)) }
-        return try await run {
+        var batch = try await run {
             let rows = try await client.query("""
                 SELECT key, value, type, time, counter, device, cursor, lost_value, lost_type, lost_time, lost_counter, lost_device,
                        also_lost
@@ -59,6 +102,8 @@ extension PostgresServerStorage {
             }
             return ChangeBatch(changes: changes, cursor: last, complete: !more, unreadable: unreadable, mark: mark)
         }
+        batch.devices = try await names(of: batch.deviceIDs, in: store)
+        return batch
     }
 
     /// The store's row for `key` as a mark, nil when it has none.
@@ -87,11 +132,13 @@ extension PostgresServerStorage {
     }
 
     public func history(of key: String, in store: String) async throws(CloudError) -> [KeyVersion] {
-        try await versions(of: key, in: store, withValueAt: nil)
+        let versions = try await versions(of: key, in: store, withValueAt: nil)
+        return versions.named(by: try await names(of: versions.map(\.stamp.device), in: store))
     }
 
     public func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion? {
-        try await versions(of: key, in: store, withValueAt: version).first { $0.version == version }
+        let versions = try await versions(of: key, in: store, withValueAt: version).filter { $0.version == version }
+        return versions.named(by: try await names(of: versions.map(\.stamp.device), in: store)).first
     }
 
     /// The versions of `key` its store's policy keeps, newest first, with the value of the one

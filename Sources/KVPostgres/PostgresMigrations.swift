@@ -138,6 +138,14 @@ enum PostgresSchema {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         },
+        PostgresMigration(name: "v5 device names") { db, logger in
+            // Per store, the name each device last gave (DeviceName), and when (milliseconds
+            // since 1970): the least recently told go past DeviceName.keptPerStore.
+            try await db.query("""
+                CREATE TABLE kvsfs_device (store text NOT NULL REFERENCES kvsfs_store ON DELETE CASCADE, device text NOT NULL, name text NOT NULL, told bigint NOT NULL,
+                                           PRIMARY KEY (store, device))
+                """, logger: logger)
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

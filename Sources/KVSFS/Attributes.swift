@@ -164,7 +164,7 @@ extension KeyValueFileSystem {
             case Self.syncAttribute where sync != nil: return Array(syncState.utf8)
             case Self.conflictAttribute:
                 guard let conflict = store.conflict(forKey: key) else { throw FileSystemError.noSuchAttribute }
-                return Array(conflict.summary.utf8)
+                return Array(conflict.summary(names: try store.deviceNames(of: conflict.devices)).utf8)
             default: throw FileSystemError.noSuchAttribute
             }
         }

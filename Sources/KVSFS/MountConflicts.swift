@@ -30,15 +30,17 @@ extension KeyValueFileSystem {
 extension KeyConflict {
     /// Every change in one line, as `user.kvsfs.conflict` gives them:
     /// `lost TIME DEVICE TYPE SIZE; won TIME DEVICE TYPE SIZE`, with one `lost …; ` for each
-    /// change that lost, newest first; each time ISO 8601 UTC to the millisecond, the type
+    /// change that lost, newest first; each time ISO 8601 UTC to the millisecond, each device
+    /// its id with its name in parentheses when one is known (`names`, by id), the type
     /// `removed` (and no size) for a removal.
-    var summary: String {
-        (lost.map { "lost \(Self.summary(of: $0))" } + ["won \(Self.summary(of: won))"]).joined(separator: "; ")
+    func summary(names: [String: String]) -> String {
+        (lost.map { "lost \(Self.summary(of: $0, names: names))" } + ["won \(Self.summary(of: won, names: names))"]).joined(separator: "; ")
     }
 
-    private static func summary(of side: KeptChange) -> String {
+    private static func summary(of side: KeptChange, names: [String: String]) -> String {
         let time = side.stamp.timeText
-        guard let type = side.type, let value = side.value else { return "\(time) \(side.stamp.device) removed" }
-        return "\(time) \(side.stamp.device) \(type.rawValue) \(value.count)"
+        let device = DeviceName.shown(side.stamp.device, named: names[side.stamp.device])
+        guard let type = side.type, let value = side.value else { return "\(time) \(device) removed" }
+        return "\(time) \(device) \(type.rawValue) \(value.count)"
     }
 }

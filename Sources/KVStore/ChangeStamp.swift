@@ -99,10 +99,14 @@ public struct StampedChange: Hashable, Sendable, Codable {
     /// later write has settled them, newest first (`ConflictRule.losers`); empty when the key
     /// has no open conflict.
     public var lost: [KeptChange]
+    /// Sent with a push: the name of the device that made the change (`DeviceName`), which
+    /// the remote keeps beside its id for every view; nil when the writer gave none.
+    public var deviceName: String?
 
     public init(key: String, value: Data?, type: ValueType?, stamp: ChangeStamp,
-                replaces: Replaced? = nil, settles: [ChangeStamp] = [], lost: [KeptChange] = []) {
+                replaces: Replaced? = nil, settles: [ChangeStamp] = [], lost: [KeptChange] = [], deviceName: String? = nil) {
         self.key = key
+        self.deviceName = deviceName
         self.value = value
         self.type = type
         self.stamp = stamp
@@ -111,7 +115,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         self.lost = lost
     }
 
-    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, settles, lost, alsoLost }
+    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, settles, lost, alsoLost, deviceName }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -121,6 +125,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         stamp = try container.decode(ChangeStamp.self, forKey: .stamp)
         replaces = try container.decodeIfPresent(Replaced.self, forKey: .replaces)
         settles = try container.decodeIfPresent([ChangeStamp].self, forKey: .settles) ?? []
+        deviceName = try container.decodeIfPresent(String.self, forKey: .deviceName)
         lost = []
         if let newest = try container.decodeIfPresent(KeptChange.self, forKey: .lost) {
             lost = [newest] + (try container.decodeIfPresent([KeptChange].self, forKey: .alsoLost) ?? [])
@@ -137,6 +142,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         if !settles.isEmpty { try container.encode(settles, forKey: .settles) }
         try container.encodeIfPresent(lost.first, forKey: .lost)
         if lost.count > 1 { try container.encode(lost.dropFirst().map { $0 }, forKey: .alsoLost) }
+        try container.encodeIfPresent(deviceName, forKey: .deviceName)
     }
 
     /// The change itself, without what travels with it.

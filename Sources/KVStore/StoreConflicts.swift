@@ -17,6 +17,9 @@ public struct KeyConflict: Hashable, Sendable, Codable {
         self.won = won
     }
 
+    /// The devices that made its changes.
+    public var devices: Set<String> { Set((lost + [won]).map(\.stamp.device)) }
+
     private enum CodingKeys: String, CodingKey { case key, lost, won }
 
     /// Also as a daemon that kept one change that lost gives it: `lost` one object.

@@ -16,6 +16,8 @@ public enum StoreError: Error, Equatable, Sendable {
     case invalidKey(String)
     /// A change stamp outside the stamp rule (`StampRule`).
     case invalidStamp(String)
+    /// A device name outside its rule (`DeviceName`).
+    case invalidDeviceName(String)
     case noSuchKey(String)
     /// Another process has this store open.
     case storeInUse(String)
@@ -40,6 +42,7 @@ extension StoreError: CustomStringConvertible {
         case .emptyKey: "the empty string is not a key"
         case .invalidKey(let reason): "invalid key: \(reason)"
         case .invalidStamp(let reason): "invalid change stamp: \(reason)"
+        case .invalidDeviceName(let reason): "invalid device name: \(reason)"
         case .noSuchKey(let key): "no key \(key)"
         case .storeInUse(let path): "the store \(path) is already mounted by another kvsfs process"
         case .invalidStoreName(let name): "invalid store name \(name): use letters, digits, '.', '_' and '-'"

@@ -141,6 +141,15 @@ enum StoreSchema {
             // The changes that lost after the newest (KeptChangeList), as the remote gives them.
             try db.alter(table: "conflict") { t in t.add(column: "alsoLost", .blob) }
         }
+        migrator.registerMigration("v7 device names") { db in
+            // The names of other devices, as the remote gives them (DeviceName), and when they
+            // were last told: the least recently told go past DeviceName.keptPerStore.
+            try db.create(table: "deviceName", options: [.withoutRowID]) { t in
+                t.primaryKey("device", .text)
+                t.column("name", .text).notNull()
+                t.column("told", .integer).notNull()
+            }
+        }
         return migrator
     }
 

@@ -31,6 +31,7 @@ extension SyncEngine {
             }
             var confirmations = [StampedChange]()
             let admitted = admit(batch).changes
+            try store.keepDeviceNames(batch.namedDevices)
             given += admitted
             for change in admitted {
                 if store.accepts(change) {
@@ -104,6 +105,7 @@ extension SyncEngine {
         while true {
             let batch = try await remote.fetch(after: history.position.cursor, mark: history.position.mark)
             let admission = admit(batch)
+            try store.keepDeviceNames(batch.namedDevices)
             // A key's change given again later (with its conflict) is the one the remote holds.
             for change in admission.changes where history.changes[change.key].map({ change.stamp >= $0.stamp }) ?? true {
                 history.changes[change.key] = change

@@ -8,7 +8,7 @@ extension SyncEngine {
     /// Pushes `pending` with the mount's history mark, and records what became of it.
     func send(_ pending: [StampedChange]) async throws -> PushOutcome {
         let known = try storedPosition()
-        let outcome = answers(to: pending, in: try await remote.push(pending, mark: known?.mark))
+        let outcome = answers(to: pending, in: try await remote.push(try named(pending), mark: known?.mark))
         // What the push stored is known to be in the remote's history from now on; and when
         // nobody else pushed since our last fetch, it is all ours: no need to fetch it. Before
         // the first fetch there is no position yet: that fetch is the initial sync.
@@ -23,6 +23,17 @@ extension SyncEngine {
                              setting: try next.map { (Self.cursorSetting, try $0.setting) })
         if let next { knownPosition.update { $0 = next } }
         return outcome
+    }
+
+    /// `changes`, this device's own each with its name (`DeviceName`), for the remote to keep
+    /// beside its id.
+    func named(_ changes: [StampedChange]) throws -> [StampedChange] {
+        guard let name = try store.deviceName else { return changes }
+        return changes.map { change in
+            var named = change
+            if change.stamp.device == store.deviceID { named.deviceName = name }
+            return named
+        }
     }
 
     /// Returns how many changes it pushed.

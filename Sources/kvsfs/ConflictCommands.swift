@@ -13,29 +13,30 @@ struct Conflicts: ParsableCommand {
             conflict, until a later write settles it (kvsfs resolve, or any write made once the conflict was \
             seen); when changes of several devices lost, each device's newest is kept. For each: the key's file \
             name, then each change that lost (newest first) and the one that won, each with when \
-            and on which device it was made, its type (removed for a removal), its size and its value as kvsfs \
+            and on which device it was made (its id, then its name when one is known), its type (removed for a removal), its size and its value as kvsfs \
             get prints it (control characters written as \\u{HEX}).
             """)
 
     @Argument(help: "A kvsfs mount.")
     var mountpoint: String
 
-    @Flag(help: "Print one JSON array instead: per conflict, key, lost (an array, newest first) and won, each change with time, device, type, size and value (XML, null for a removal).")
+    @Flag(help: "Print one JSON array instead: per conflict, key, lost (an array, newest first) and won, each change with time, device, deviceName (null when none is known), type, size and value (XML, null for a removal).")
     var json = false
 
     func run() throws {
-        let conflicts = try ConflictList.fetch(from: mountpoint)
+        let (conflicts, names) = try ConflictList.fetchNamed(from: mountpoint)
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-            print(String(decoding: try encoder.encode(conflicts.map(ConflictList.Listed.init)), as: UTF8.self))
+            print(String(decoding: try encoder.encode(conflicts.map { ConflictList.Listed($0, names: names) }), as: UTF8.self))
             return
         }
         for conflict in conflicts {
             print(Self.visible(KeyFileName.fileName(forKey: conflict.key)))
             for (label, side) in conflict.lost.map({ ("lost", $0) }) + [("won ", conflict.won)] {
                 let kind = side.type.map { "\($0.rawValue), \(side.value?.count ?? 0) bytes" } ?? "removed"
-                print("  \(label)  \(side.stamp.timeText)  \(side.stamp.device)  \(kind)")
+                let device = DeviceName.shown(side.stamp.device, named: names[side.stamp.device])
+                print("  \(label)  \(side.stamp.timeText)  \(Self.visible(device))  \(kind)")
                 if let value = try ConflictList.value(of: side, key: conflict.key) {
                     var text = try ValueText.plain(value)
                     if text.unicodeScalars.last == "\n" { text.unicodeScalars.removeLast() }  // not a CR before it
@@ -103,13 +104,20 @@ struct Resolve: ParsableCommand {
 /// value a property list of its listed type.
 enum ConflictList {
     static func fetch(from mountpoint: String) throws -> [KeyConflict] {
+        try fetchNamed(from: mountpoint).conflicts
+    }
+
+    /// The conflicts, and the names known of their devices; a name outside the rule
+    /// (`DeviceName`) is left out.
+    static func fetchNamed(from mountpoint: String) throws -> (conflicts: [KeyConflict], names: [String: String]) {
         let answer = try ControlClient.send(ControlRequest(command: .conflicts), to: mountpoint)
-        let conflicts: [KeyConflict]
+        let listing: ConflictListing
         do {
-            conflicts = try JSONDecoder().decode([KeyConflict].self, from: Data(answer))
+            listing = try JSONDecoder().decode(ConflictListing.self, from: Data(answer))
         } catch {
             throw CommandFailure("the mount at \(mountpoint) answered with something other than a list of conflicts: \(error)")
         }
+        let conflicts = listing.conflicts
         for conflict in conflicts {
             guard !conflict.lost.isEmpty, conflict.lost.count <= KeptChangeList.maximumCount else {
                 throw CommandFailure("the conflict of \(conflict.key.debugDescription) lists \(conflict.lost.count) changes that lost, "
@@ -124,7 +132,7 @@ enum ConflictList {
                 _ = try value(of: side, key: conflict.key)
             }
         }
-        return conflicts
+        return (conflicts, listing.devices.filter { DeviceName.isValid($0.value) })
     }
 
     /// A side's value, checked against the value rule and its type; nil for a removal.
@@ -148,14 +156,17 @@ enum ConflictList {
         struct Side: Encodable {
             var time: String
             var device: String
+            /// The device's name; nil (null) when none is known.
+            var deviceName: String?
             var type: String
             var size: Int
             /// The value as XML; nil (null) for a removal.
             var value: String?
 
-            init(_ side: KeptChange) {
+            init(_ side: KeptChange, names: [String: String]) {
                 time = side.stamp.timeText
                 device = side.stamp.device
+                deviceName = names[side.stamp.device]
                 type = side.type?.rawValue ?? "removed"
                 size = side.value?.count ?? 0
                 value = side.value.map { String(decoding: $0, as: UTF8.self) }
@@ -165,22 +176,23 @@ enum ConflictList {
                 var container = encoder.container(keyedBy: CodingKeys.self)
                 try container.encode(time, forKey: .time)
                 try container.encode(device, forKey: .device)
+                try container.encode(deviceName, forKey: .deviceName)  // null when none is known
                 try container.encode(type, forKey: .type)
                 try container.encode(size, forKey: .size)
                 try container.encode(value, forKey: .value)  // null for a removal, not left out
             }
 
-            private enum CodingKeys: String, CodingKey { case time, device, type, size, value }
+            private enum CodingKeys: String, CodingKey { case time, device, deviceName, type, size, value }
         }
 
         var key: String
         var lost: [Side]
         var won: Side
 
-        init(_ conflict: KeyConflict) {
+        init(_ conflict: KeyConflict, names: [String: String]) {
             key = conflict.key
-            lost = conflict.lost.map(Side.init)
-            won = Side(conflict.won)
+            lost = conflict.lost.map { Side($0, names: names) }
+            won = Side(conflict.won, names: names)
         }
     }
 }

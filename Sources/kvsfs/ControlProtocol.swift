@@ -147,7 +147,8 @@ struct ControlRequest: Codable, Equatable {
         /// Answered with `version` of `key` and its value, as JSON `KeyVersion` (null when the
         /// remote keeps no such version).
         case version
-        /// Answered with the store's open conflicts, as JSON `[KeyConflict]`.
+        /// Answered with the store's open conflicts and the names known of their devices, as
+        /// JSON `ConflictListing`.
         case conflicts
         /// Settles the open conflict of `key`, which must still be the one of changes `losers`
         /// (or `lost`, from a kvsfs that kept one) and `won`, by keeping a lost change
@@ -182,6 +183,13 @@ struct ControlRequest: Codable, Equatable {
     var version: Int64?
     /// The device number of the directory the command named, which must be the mount's.
     var device: UInt64?
+}
+
+/// The answer to `conflicts`: the open conflicts, and the names known of the devices that made
+/// their changes, by id (`DeviceName`).
+struct ConflictListing: Codable {
+    var conflicts: [KeyConflict]
+    var devices: [String: String]
 }
 
 /// How the mount reads a property list sent for import: the root one level deeper than a

@@ -183,7 +183,9 @@ final class ControlSocket: @unchecked Sendable {
             guard let version = request.version, version > 0 else { throw CommandFailure("the request names no version") }
             return Array(try JSONEncoder().encode(try askRemote { history in try await history.version(version, of: key) }))
         case .conflicts:
-            return Array(try JSONEncoder().encode(fileSystem.store.conflicts()))
+            let conflicts = fileSystem.store.conflicts()
+            let devices = try fileSystem.store.deviceNames(of: conflicts.flatMap(\.devices))
+            return Array(try JSONEncoder().encode(ConflictListing(conflicts: conflicts, devices: devices)))
         case .resolve:
             let key = try requestedKey(request)
             guard let losers = request.losers ?? request.lost.map({ [$0] }), let won = request.won, let keepLost = request.keepLost else {

@@ -9,7 +9,7 @@ struct History: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the versions the remote keeps of a key, or print one of them.",
         discussion: """
-            One line per version, newest first: its number, when and on which device the change was made, the \
+            One line per version, newest first: its number, when and on which device the change was made (its id, then its name when the remote keeps one), the \
             value's type (removed for a removal) and its size in bytes. The remote keeps the last 16 versions of \
             each key and a removed key's history for 30 days, unless its store says otherwise; a change not yet \
             pushed is not listed. Works for a removed key too: name the file it had.
@@ -40,7 +40,8 @@ struct History: ParsableCommand {
     /// Columns as `ls -l` aligns them, under a heading line.
     static func table(_ versions: [KeyVersion]) -> String {
         let rows = [["VERSION", "TIME", "DEVICE", "TYPE", "SIZE"]] + versions.map { version in
-            [String(version.version), version.stamp.timeText, version.stamp.device,
+            [String(version.version), version.stamp.timeText,
+             Conflicts.visible(DeviceName.shown(version.stamp.device, named: version.deviceName.flatMap { DeviceName.isValid($0) ? $0 : nil })),
              version.type?.rawValue ?? "removed", String(version.size)]
         }
         let widths = (0..<5).map { column in rows.map { $0[column].count }.max() ?? 0 }

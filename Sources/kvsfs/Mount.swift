@@ -65,6 +65,9 @@ struct Mount: ParsableCommand {
             completion: .file(extensions: ["plist"]))
     var defaultsFile: String?
 
+    @Option(name: .customLong("device-name"), help: "The name this device's changes show beside its id in conflicts and history (kept for the store; default the host name at the first mount).")
+    var deviceName: String?
+
     @OptionGroup var log: LogOptions
 
     func validate() throws {
@@ -75,6 +78,13 @@ struct Mount: ParsableCommand {
             if let value, value < 1 { throw ValidationError("\(name) must be a positive number") }
         }
         if let keyNameBytes, keyNameBytes > 80 { throw ValidationError("--quota-key-length can be at most 80, so that every key has a file name") }
+        if let deviceName, !DeviceName.isValid(deviceName) {
+            do {
+                try DeviceName.check(deviceName)
+            } catch {
+                throw ValidationError("--device-name \(deviceName.debugDescription): \(error)")
+            }
+        }
         if let remote, remote != "none", RemoteLocation.filePath(remote) == nil, !RemoteLocation.isServer(remote) {
             throw ValidationError("--remote must be file:///absolute/path, https://host:port, http://127.0.0.1:port or none")
         }
@@ -128,6 +138,7 @@ struct Mount: ParsableCommand {
         for change in keyValueStore.quarantined {
             logger.error("a committed change to \(change.key.debugDescription) (\(change.stamp)) was refused by the database and kept in \(location.databasePath).quarantine")
         }
+        let ownName = try keyValueStore.nameDevice(deviceName)
         let newLimits = requestedLimits(over: keyValueStore.limits)
         if let newLimits { try keyValueStore.setLimits(newLimits) }
         let defaults = defaultsFile.map(DefaultsFile.init)
@@ -139,7 +150,7 @@ struct Mount: ParsableCommand {
         }
 
         let remote = try makeRemote(dataDirectory: dataDirectory, limits: newLimits, token: serverToken)
-        logger.info("\(startLine(store: keyValueStore, dataDirectory: dataDirectory, mountpoint: path, remote: remote))")
+        logger.info("\(startLine(store: keyValueStore, deviceName: ownName, dataDirectory: dataDirectory, mountpoint: path, remote: remote))")
         let sync = try remote.map { remote in
             try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
                           eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path, logger: logger)
@@ -192,12 +203,13 @@ struct Mount: ParsableCommand {
 
     /// What the mount says as it starts: the store, where it lives and what it holds, the
     /// remote, the format and the quotas, so that a store kept from before is noticed.
-    private func startLine(store keyValueStore: KeyValueStore, dataDirectory: URL, mountpoint: String,
+    private func startLine(store keyValueStore: KeyValueStore, deviceName: String, dataDirectory: URL, mountpoint: String,
                            remote: ChangeLogRemote?) -> String {
         let usage = keyValueStore.usage
         let kept = usage.keys == 0 ? "no keys yet" : "\(counted(usage.keys, "key")) (\(counted(usage.bytes, "byte"))) kept from before"
         let limits = keyValueStore.limits
         return "mounting store '\(store.storeID)' of \(dataDirectory.path) on \(mountpoint)\(readOnly ? " read-only" : ""): \(kept); "
+            + "device \(DeviceName.shown(keyValueStore.deviceID, named: deviceName)); "
             + "remote \(remote?.description ?? "none"); values shown as \(format); "
             + "quotas: \(counted(limits.totalBytes, "byte")) in all, \(limits.valueBytes) per value, "
             + "\(counted(limits.keys, "key")), key names of \(limits.keyNameBytes) bytes"

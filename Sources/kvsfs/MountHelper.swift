@@ -68,6 +68,7 @@ struct MountOptions {
         "format": "--format", "quota_total": "--quota-total", "quota_value": "--quota-value",
         "quota_keys": "--quota-keys", "quota_key_length": "--quota-key-length", "defaults": "--defaults",
         "history_versions": "--history-versions", "history_days": "--history-days", "log_level": "--log-level",
+        "device_name": "--device-name",
     ]
     /// Options without a value, and the `kvsfs mount` flag each stands for.
     static let flags: [String: String] = ["allow_other": "--allow-other", "ro": "--read-only", "debug": "-d"]

@@ -23,6 +23,12 @@ struct MountOptionsTests {
         let options = try MountOptions(store: "default", mountpoint: "/mnt/kv", options: "history_versions=3,history_days=7,rw")
         #expect(options.arguments == ["--store", "default", "/mnt/kv", "--history-versions", "3", "--history-days", "7"])
     }
+
+    @Test("device_name becomes --device-name")
+    func deviceNameOption() throws {
+        let options = try MountOptions(store: "default", mountpoint: "/mnt/kv", options: "device_name=ann's laptop")
+        #expect(options.arguments == ["--store", "default", "/mnt/kv", "--device-name", "ann's laptop"])
+    }
 }
 
 /// `kvsfs mount MOUNTPOINT -o ...`: the same options, through the same table, as the mount(8) form.

@@ -1,0 +1,74 @@
+import Foundation
+import GRDB
+
+/// The names of devices as the store keeps them: its own (setting `device.name`), given at
+/// mount or taken from the host name at the first one, and those of other devices, as the
+/// remote tells them, for every view that shows a device.
+extension KeyValueStore {
+    /// The store's own device name: `name` when given (kept from now on), else the one kept
+    /// before, else the host name's (`DeviceName.ofThisHost`). A name outside the rule is
+    /// refused with why, and nothing is kept.
+    @discardableResult
+    public func nameDevice(_ name: String?) throws(StoreError) -> String {
+        if let name {
+            try DeviceName.check(name)
+            if try setting(Self.deviceNameSetting) != name { try setSetting(Self.deviceNameSetting, to: name) }
+            return name
+        }
+        if let kept = try setting(Self.deviceNameSetting), DeviceName.isValid(kept) { return kept }
+        let host = DeviceName.ofThisHost()
+        try setSetting(Self.deviceNameSetting, to: host)
+        return host
+    }
+
+    /// The store's own device name, nil when it was never named.
+    public var deviceName: String? {
+        get throws(StoreError) { try setting(Self.deviceNameSetting).flatMap { DeviceName.isValid($0) ? $0 : nil } }
+    }
+
+    static let deviceNameSetting = "device.name"
+
+    /// Keeps the names a remote told of its devices (`told`, by device id); one outside the
+    /// rule is not kept, nor is one kept already. Past `DeviceName.keptPerStore` names, those
+    /// named or renamed longest ago go.
+    public func keepDeviceNames(_ told: [String: String]) throws(StoreError) {
+        let named = told.filter { $0.key != deviceID && DeviceName.isValid($0.value) }
+        guard !named.isEmpty, try deviceNames(of: named.keys) != named else { return }
+        let now = milliseconds(clock())
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try write(&state) { db in
+                for (device, name) in named {
+                    try db.cachedStatement(sql: """
+                        INSERT INTO deviceName (device, name, told) VALUES (?, ?, ?)
+                        ON CONFLICT (device) DO UPDATE SET name = excluded.name, told = excluded.told WHERE name <> excluded.name
+                        """).execute(arguments: [device, name, now])
+                    guard db.changesCount > 0 else { continue }
+                    try db.cachedStatement(sql: """
+                        DELETE FROM deviceName WHERE device IN (SELECT device FROM deviceName ORDER BY told DESC, device LIMIT -1 OFFSET ?)
+                        """).execute(arguments: [DeviceName.keptPerStore])
+                }
+            }
+        }
+    }
+
+    /// The names known of `devices`, this store's own included; a device with none is left out.
+    public func deviceNames(of devices: some Sequence<String>) throws(StoreError) -> [String: String] {
+        var names: [String: String] = [:]
+        let others = Set(devices).subtracting([deviceID])
+        if Set(devices).contains(deviceID), let own = try deviceName { names[deviceID] = own }
+        guard !others.isEmpty else { return names }
+        do {
+            try database.read { db in
+                for device in others {
+                    if let name = try String.fetchOne(db.cachedStatement(sql: "SELECT name FROM deviceName WHERE device = ?"), arguments: [device]),
+                       DeviceName.isValid(name) {
+                        names[device] = name
+                    }
+                }
+            }
+        } catch {
+            throw .database(String(describing: error))
+        }
+        return names
+    }
+}
