@@ -7,11 +7,15 @@ package struct CloudStoreState: Sendable {
     package var usage: QuotaUsage
     /// The cursor of the store's newest accepted change.
     package var cursor: Int64
+    /// The bytes of the values the store keeps as changes that lost (its keys' open
+    /// conflicts): at most `limits.totalBytes` (`CloudLedger.checkKeptBytes`).
+    package var keptBytes: Int
 
-    package init(limits: QuotaLimits, usage: QuotaUsage, cursor: Int64) {
+    package init(limits: QuotaLimits, usage: QuotaUsage, cursor: Int64, keptBytes: Int) {
         self.limits = limits
         self.usage = usage
         self.cursor = cursor
+        self.keptBytes = keptBytes
     }
 }
 
@@ -93,16 +97,20 @@ package enum CloudLedger {
                 if current.stamp > change.stamp, ConflictRule.conflict(change, with: current) {
                     let lost = ConflictRule.losers(current.lost + [change.kept], winner: current, pushed: change)
                     if lost != current.lost {
-                        // Kept outside the quotas, as history is: at most one value per device.
+                        // Kept outside the values' quotas: at most one value per device, and
+                        // all the store keeps so at most its total quota.
+                        let grown = lost.keptBytes - current.lost.keptBytes
                         do {
                             if !change.isTombstone { try ledger.checkValueSize(change.size) }
                             try Self.checkKept(lost)
+                            try Self.checkKeptBytes(decision.state, growing: grown)
                         } catch {
                             decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                             continue
                         }
                         var given = current
                         given.lost = lost
+                        decision.state.keptBytes = max(0, decision.state.keptBytes + grown)
                         decision.state.cursor += 1
                         decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
                         latest[change.key] = given
@@ -123,6 +131,7 @@ package enum CloudLedger {
                 lost = ConflictRule.losers(current.lost + (concurrent ? [current.kept] : []), winner: change, pushed: change)
             }
             let usage = decision.state.usage
+            let grown = lost.keptBytes - (current?.lost.keptBytes ?? 0)
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(
                 bytes: usage.bytes + change.size - (current?.size ?? 0),
@@ -132,6 +141,7 @@ package enum CloudLedger {
                 if !change.isTombstone { try ledger.checkValueSize(change.size) }
                 try ledger.checkResult(before: usage, after: after, added: change.size)
                 try Self.checkKept(lost)
+                try Self.checkKeptBytes(decision.state, growing: grown)
             } catch {
                 decision.outcome.refused.append(Refusal(change: change, current: current, reason: String(describing: error)))
                 continue
@@ -144,6 +154,7 @@ package enum CloudLedger {
             if !stored.lost.isEmpty || !(current?.lost.isEmpty ?? true) { notAsPushed = true }
             decision.state.cursor += 1
             decision.state.usage = after
+            decision.state.keptBytes = max(0, decision.state.keptBytes + grown)
             decision.writes.append(.init(change: stored, cursor: decision.state.cursor, isVersion: true))
             latest[change.key] = stored
             decision.outcome.accepted.append(change)
@@ -163,11 +174,35 @@ extension CloudLedger {
         guard lost.count <= KeptChangeList.maximumCount else { throw ConflictFull() }
     }
 
+    /// Refuses the change that would make the store keep more bytes of changes that lost than
+    /// its total quota: made-up devices cannot make a writer keep more than the quota twice
+    /// over. A change that keeps no more than before is never refused by it.
+    static func checkKeptBytes(_ state: CloudStoreState, growing grown: Int) throws(KeptBytesFull) {
+        guard grown > 0, state.keptBytes + grown > state.limits.totalBytes else { return }
+        throw KeptBytesFull(kept: state.keptBytes, added: grown, limit: state.limits.totalBytes)
+    }
+
+    struct KeptBytesFull: Error, CustomStringConvertible {
+        var kept: Int
+        var added: Int
+        var limit: Int
+
+        var description: String {
+            "the store keeps \(kept) bytes of changes that lost to others, and this conflict would add \(added), past the "
+                + "\(limit) its quota allows: settle conflicts first (kvsfs resolve)"
+        }
+    }
+
     struct ConflictFull: Error, CustomStringConvertible {
         var description: String {
             "the key keeps \(KeptChangeList.maximumCount) changes that lost to its value, the most it can: settle its conflict first (kvsfs resolve)"
         }
     }
+}
+
+extension [KeptChange] {
+    /// What the changes' values count against the store's allowance for kept conflicts.
+    var keptBytes: Int { reduce(0) { $0 + $1.size } }
 }
 
 /// Store ids: the local store's rule.

@@ -8,6 +8,7 @@ public final class MemoryCloudStorage: CloudStorage {
         var limits = QuotaLimits.modelled
         var usage = QuotaUsage(bytes: 0, keys: 0)
         var cursor: Int64 = 0
+        var keptBytes = 0
         var latest: [String: (change: StampedChange, cursor: Int64)] = [:]
         var history = HistoryPolicy.standard
         /// Per key, the versions the policy keeps, oldest first.
@@ -68,7 +69,8 @@ public final class MemoryCloudStorage: CloudStorage {
             var current = [String: StampedChange]()
             for key in admitted.keys { current[key] = rows.latest[key]?.change }
             let decision = CloudLedger.decide(admitted, current: current,
-                                              state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor))
+                                              state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor,
+                                                                     keptBytes: rows.keptBytes))
             for write in decision.writes {
                 let change = write.change
                 rows.latest[change.key] = (change, write.cursor)
@@ -81,6 +83,7 @@ public final class MemoryCloudStorage: CloudStorage {
             rows.devices.keep(admitted.deviceNames)
             rows.usage = decision.state.usage
             rows.cursor = decision.state.cursor
+            rows.keptBytes = decision.state.keptBytes
             stores[store] = rows
             return decision.outcome
         }

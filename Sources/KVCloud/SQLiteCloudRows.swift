@@ -95,7 +95,7 @@ extension SQLiteCloudStorage {
             guard let row = found else { throw UnreadableRow("store \(store) has no row") }
             state = CloudStoreState(limits: try Self.limits(row),
                                     usage: QuotaUsage(bytes: try row.decode(forColumn: "bytes"), keys: try row.decode(forColumn: "keys")),
-                                    cursor: try row.decode(forColumn: "cursor"))
+                                    cursor: try row.decode(forColumn: "cursor"), keptBytes: try row.decode(forColumn: "keptBytes"))
             storedHistory = Self.storedHistory(row)
             sweptAt = try row.decode(forColumn: "historySweptAt")
         }
@@ -222,8 +222,9 @@ extension SQLiteCloudStorage {
                 try row.run(in: db)
             }
             try recordVersions(decision.writes.filter(\.isVersion), after: current, now: now, history: history)
-            try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
-                .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
+            try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ?, keptBytes = ? WHERE id = ?")
+                .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys,
+                                     decision.state.keptBytes, store])
             if HistoryPolicy.sweepDue(lastSweep: sweptAt, now: now) {
                 // The versions before the removal of each key whose latest change is a removal
                 // accepted before the retention time. The removal's own row stays: it says when

@@ -161,6 +161,30 @@ public final class SQLiteCloudStorage: CloudStorage {
                 t.primaryKey(["store", "device"])
             }
         }
+        migrator.registerMigration("v6 kept conflicts' bytes") { db in
+            // What each store keeps as changes that lost, counted against its total quota
+            // (CloudLedger.checkKeptBytes): counted here from the rows kept before.
+            try db.alter(table: "cloudStore") { t in t.add(column: "keptBytes", .integer).notNull().defaults(to: 0) }
+            var kept: [String: Int] = [:]
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT store, lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice, alsoLost
+                FROM cloudChange WHERE lostDevice IS NOT NULL
+                """)
+            while let row = try rows.next() {
+                let store: String = row["store"]
+                do {
+                    kept[store, default: 0] += try Self.lost(row).keptBytes
+                } catch {
+                    // A conflict that cannot be read counts by its stored bytes.
+                    let lostValue: Data? = row["lostValue"]
+                    let alsoLost: Data? = row["alsoLost"]
+                    kept[store, default: 0] += (lostValue?.count ?? 0) + (alsoLost?.count ?? 0)
+                }
+            }
+            for (store, bytes) in kept {
+                try db.execute(sql: "UPDATE cloudStore SET keptBytes = ? WHERE id = ?", arguments: [bytes, store])
+            }
+        }
         return migrator
     }
 

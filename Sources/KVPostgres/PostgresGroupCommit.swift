@@ -128,9 +128,11 @@ extension PostgresServerStorage {
                            WHERE r.store = f.store AND r.key = f.key AND r.cursor < f.below ORDER BY r.cursor DESC LIMIT 1)) old
                 WHERE v.store = old.store AND v.key = old.key AND v.cursor = old.cursor),
             updated AS (
-                UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys, history_swept_at = u.swept_at
+                UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys, history_swept_at = u.swept_at,
+                                         kept_bytes = u.kept_bytes
                 FROM unnest(\(updated)::text[], \(states.map(\.cursor))::bigint[], \(states.map(\.usage.bytes))::bigint[],
-                            \(states.map(\.usage.keys))::bigint[], \(sweptAt)::bigint[]) AS u(id, cursor, bytes, keys, swept_at)
+                            \(states.map(\.usage.keys))::bigint[], \(sweptAt)::bigint[], \(states.map(\.keptBytes))::bigint[])
+                    AS u(id, cursor, bytes, keys, swept_at, kept_bytes)
                 WHERE s.id = u.id RETURNING s.id)
             SELECT pg_notify(\(Self.channel), \(instance + " ") || id) FROM updated
             """, logger: logger)
@@ -235,25 +237,25 @@ extension PostgresServerStorage {
         let rows = try await db.query("""
             WITH locked AS (
                 SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
-                       history_versions, history_days, history_swept_at FROM kvsfs_store
+                       history_versions, history_days, history_swept_at, kept_bytes FROM kvsfs_store
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
-                   l.history_versions, l.history_days, l.history_swept_at, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
+                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
                    c.lost_value, c.lost_type, c.lost_time, c.lost_counter, c.lost_device, c.also_lost
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.* FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
             """, logger: logger)
         var locked = Locked()
-        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64,
+        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int,
                                           String?, Data?, String?, Int64?, Int32?, String?, Int64?,
                                           Data?, String?, Int64?, Int32?, String?, Data?).self) {
-            let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt,
+            let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt, keptBytes,
                  key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice,
                  earlierLost) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
-                usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor)
+                usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor, keptBytes: keptBytes)
             locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt)
             if let key, let time, let counter, let device, let keyCursor {
                 var change = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),

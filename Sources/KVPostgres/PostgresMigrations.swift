@@ -146,6 +146,22 @@ enum PostgresSchema {
                                            PRIMARY KEY (store, device))
                 """, logger: logger)
         },
+        PostgresMigration(name: "v6 kept conflicts' bytes") { db, logger in
+            // What each store keeps as changes that lost, counted against its total quota
+            // (CloudLedger.checkKeptBytes): counted here by the stored bytes of the conflicts
+            // kept before, which are at least their values'.
+            for statement in [
+                "ALTER TABLE kvsfs_store ADD COLUMN kept_bytes bigint NOT NULL DEFAULT 0",
+                """
+                UPDATE kvsfs_store s SET kept_bytes = k.bytes FROM (
+                    SELECT store, sum(coalesce(octet_length(lost_value), 0) + coalesce(octet_length(also_lost), 0)) AS bytes
+                    FROM kvsfs_change WHERE lost_device IS NOT NULL GROUP BY store) k
+                WHERE s.id = k.store
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

@@ -38,6 +38,8 @@ public struct MountStatus: Sendable, Equatable, Codable {
     public var pending: Int
     /// Keys with an open conflict (`kvsfs conflicts`).
     public var conflicts: Int
+    /// The bytes of the values those conflicts keep in the mount's database, outside `bytes`.
+    public var conflictBytes: Int
     public var bytes: Usage
     public var keys: Usage
     /// The per-value limit and the key-name limit, in bytes.
@@ -73,6 +75,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
         lastSync = sync?.lastSync
         pending = store.pendingCount + store.unsentLosses().count
         conflicts = store.conflictCount
+        conflictBytes = store.conflictBytes
         bytes = Usage(used: usage.bytes, quota: limits.totalBytes)
         keys = Usage(used: usage.keys, quota: limits.keys)
         valueLimit = limits.valueBytes
@@ -123,7 +126,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
         } catch {
             throw .unreadable(Self.reason(error))
         }
-        let counts = [pending, conflicts, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit]
+        let counts = [pending, conflicts, conflictBytes, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit]
         guard counts.allSatisfy({ $0 >= 0 }), (eventCursor ?? 0) >= 0 else { throw .unreadable("a count is negative") }
         guard (reachable == .offline) == (offlineReason != nil) else { throw .unreadable("an offline reason goes with offline only") }
     }

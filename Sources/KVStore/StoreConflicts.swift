@@ -56,6 +56,16 @@ extension KeyValueStore {
         state.withLock { $0.conflicts.count }
     }
 
+    /// The bytes of the values the open conflicts keep (the changes that lost and won), which
+    /// the database holds beside the store's values.
+    public var conflictBytes: Int {
+        state.withLock { state in
+            state.conflicts.values.reduce(0) { total, conflict in
+                conflict.lost.reduce(total + conflict.won.size) { $0 + $1.size }
+            }
+        }
+    }
+
     /// `key`'s open conflict; nil when it has none.
     public func conflict(forKey key: String) -> KeyConflict? {
         state.withLock { $0.conflicts[key] }

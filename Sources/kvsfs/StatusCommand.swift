@@ -44,7 +44,7 @@ struct Status: ParsableCommand {
             ("reachable", status.offlineReason.map { "offline: \($0)" } ?? status.reachable.rawValue),
             ("last sync", status.lastSync.map(MountStatus.text(of:)) ?? "never"),
             ("pending", "\(status.pending) change\(status.pending == 1 ? "" : "s")"),
-            ("conflicts", "\(status.conflicts) open"),
+            ("conflicts", "\(status.conflicts) open" + (status.conflicts == 0 ? "" : " (\(status.conflictBytes) bytes kept)")),
             ("bytes", "\(status.bytes.used) of \(status.bytes.quota) used"),
             ("keys", "\(status.keys.used) of \(status.keys.quota) used"),
             ("value limit", "\(status.valueLimit) bytes"),

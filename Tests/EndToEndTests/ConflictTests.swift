@@ -122,6 +122,8 @@ struct ConflictTests {
             let status = try run(kvsfsBinary, ["status", "--json", mount.mountpoint])
             let fields = try #require(try JSONSerialization.jsonObject(with: Data(status.standardOutput.utf8)) as? [String: Any])
             #expect(fields["conflicts"] as? Int == 2, "\(status)")
+            let keptBytes = ["tablet", "laptop", "phone", "serif", "mono"].map(xmlSize).reduce(0, +)
+            #expect(fields["conflictBytes"] as? Int == keptBytes, "what the database keeps beside the values: \(status)")
             let root = try run("/usr/bin/getfattr", ["--only-values", "-n", "user.kvsfs.conflicts", mount.mountpoint])
             #expect(root.standardOutput == "2", "\(root)")
             let events = try String(contentsOfFile: mount.dataDirectory + "/default.events.jsonl", encoding: .utf8)

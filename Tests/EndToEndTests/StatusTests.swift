@@ -73,7 +73,8 @@ struct StatusTests {
             #expect(json["keyNameLimit"] as? Int == 64)
             #expect(json["eventLog"] as? String == "\(data)/default.events.jsonl")
             #expect(json["eventCursor"] is Int)
-            #expect(json.keys.sorted() == ["bytes", "conflicts", "dataDirectory", "database", "eventCursor", "eventLog", "keyNameLimit", "keys",
+            #expect(json["conflictBytes"] as? Int == 0)
+            #expect(json.keys.sorted() == ["bytes", "conflictBytes", "conflicts", "dataDirectory", "database", "eventCursor", "eventLog", "keyNameLimit", "keys",
                                            "lastSync", "offlineReason", "pending", "reachable", "remote", "store", "valueLimit"],
                     "every documented field, and only those")
 
