@@ -99,4 +99,35 @@ struct FullDiskTests {
         #expect(try fsyncErrno(daemon.path("big2")) == 0)
         #expect(try fsyncErrno(daemon.mountpoint) == 0)
     }
+
+    @Test("a journal replay that meets a full disk: one line and a non-zero exit; once space is freed the store mounts, every acknowledged write intact")
+    func replayOnFullDisk() throws {
+        let dir = TemporaryDirectory("kvsfs-disk")
+        defer { dir.remove() }
+        let disk = try SmallDisk(in: dir)
+        defer { disk.remove() }
+        let mnt = try dir.privateSubdirectory("mnt")
+        let data = try disk.dataDirectory()
+        defer { if DaemonMount.isMounted(mnt) { _ = try? run("/bin/umount", ["-l", mnt], timeout: 10) } }
+        var daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
+        defer { daemon.stop() }
+        // Acknowledged (close returned) and only in the journal: together under the size at which
+        // the journal goes to the database, and more than the database's log has room for.
+        let writes = try shell("for i in 1 2 3 4 5 6; do printf '\"%s%s\"' $i $(head -c 120000 /dev/zero | tr '\\0' x) > \(mnt)/key$i || exit 1; done")
+        #expect(writes.status == 0, "\(writes)")
+        daemon.crash()
+
+        try disk.fill()
+        let refused = try run(kvsfsBinary, ["mount", mnt, "--data-dir", data, "--remote", "none"], timeout: 30)
+        #expect(refused.status != 0, "\(refused)")
+        #expect(refused.standardError == "Error: cannot open the store 'default' in \(data): the disk is full (0 bytes free); free some space and mount again\n",
+                "\(refused)")
+        #expect(!DaemonMount.isMounted(mnt))
+
+        try disk.free()
+        daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
+        let read = try shell("for i in 1 2 3 4 5 6; do \(kvsfsBinary) get \(mnt)/key$i | wc -c; done; ls \(mnt) | wc -l")
+        #expect(read.standardOutput == String(repeating: "120002\n", count: 6) + "6\n", "\(read)")
+        #expect(!daemon.logText().contains("quarantine"), "\(daemon.logText())")
+    }
 }
