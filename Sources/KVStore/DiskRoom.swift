@@ -37,6 +37,18 @@ public enum DiskRoom {
         sqlite3_system_errno(db.sqliteConnection)
     }
 
+    /// The free bytes a file system said it had, and when.
+    struct Seen {
+        var free: Int
+        var at: ContinuousClock.Instant
+    }
+
+    /// While a disk has this much more room than a write needs, what it said stands for
+    /// `trust`: a data directory on NFS answers statvfs with a round trip, and `checkRoom`
+    /// runs under the mount's lock. Nearer the edge, every write asks.
+    static let plenty = 64 << 20
+    static let trust: Duration = .seconds(1)
+
     /// Bytes the file system holding `path` can still give this process: the blocks kept for
     /// root count for root, as the kernel lets root use them. Nil when it will not say.
     public static func freeBytes(at path: String) -> Int? {
@@ -54,8 +66,12 @@ extension KeyValueStore {
     /// shells do not check. A guess, not a promise: the commit still decides, and only the
     /// commit can tell a spent disk quota (EDQUOT).
     public func checkRoom(for bytes: Int) throws(StoreError) {
+        let needed = bytes + ChangeJournal.recordSlack
+        let now = ContinuousClock.now
+        if let seen = roomSeen.withLock({ $0 }), now - seen.at < DiskRoom.trust, seen.free >= needed + DiskRoom.plenty { return }
         let directory = (database.path as NSString).deletingLastPathComponent
         guard let free = DiskRoom.freeBytes(at: directory) else { return }
-        if free < bytes + ChangeJournal.recordSlack { throw .diskFull(directory: directory, quota: false) }
+        roomSeen.withLock { $0 = DiskRoom.Seen(free: free, at: now) }
+        if free < needed { throw .diskFull(directory: directory, quota: false) }
     }
 }

@@ -129,6 +129,8 @@ public final class KeyValueStore: Sendable {
     }
     let changeObserver = Mutex<Observer?>(nil)
     let readOnlyReason = Mutex<String?>(nil)
+    /// What the data directory's disk last said it had free, and when (`checkRoom`).
+    let roomSeen = Mutex<DiskRoom.Seen?>(nil)
     /// The id this store's changes carry in their stamps.
     public let deviceID: String
 

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 @testable import KVStore
+import KVTestSupport
 import Testing
 
 /// A write that finds no room is `diskFull` with the data directory, whichever way SQLite or
@@ -39,5 +40,15 @@ struct DiskRoomTests {
     func words() {
         #expect(StoreError.diskFull(directory: "/data", quota: false).description == "the disk holding /data is full")
         #expect(StoreError.diskFull(directory: "/data", quota: true).description == "the disk quota on the file system of /data is spent")
+    }
+
+    @Test("a value the disk has no room for is refused before its commit, even right after a check that found plenty")
+    func roomBeforeCommit() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            try store.checkRoom(for: 100)
+            let free = try #require(DiskRoom.freeBytes(at: dir.path))
+            #expect(throws: StoreError.diskFull(directory: dir.path, quota: false)) { try store.checkRoom(for: free) }
+        }
     }
 }
