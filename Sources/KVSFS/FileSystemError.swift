@@ -77,6 +77,7 @@ public enum ErrnoMapping {
             case .keyTooLong: return ENAMETOOLONG
             case .noSuchKey: return ENOENT
             case .storeInUse: return EBUSY
+            case .diskFull(_, let quota): return quota ? EDQUOT : ENOSPC
             case .database(let message):
                 logger.error("store failure answered with EIO: \(message)")
                 return EIO

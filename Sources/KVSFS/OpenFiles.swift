@@ -231,6 +231,7 @@ extension KeyValueFileSystem {
             if length > available {
                 throw StoreError.storeFull(needed: length, available: max(0, available), limit: limits.totalBytes)
             }
+            try store.checkRoom(for: length)
         case .removed:
             break
         }

@@ -64,18 +64,37 @@ package final class ChangeJournal {
 
     var needsFlush: Bool { pending.count >= Self.flushRows || end >= Self.flushBytes }
 
-    /// Appends `rows` as one record. When this throws, the journal holds what it held before.
+    /// Appends `rows` as one record. When this throws, the journal holds what it held before:
+    /// a disk without room for the record is `diskFull`, and the next append tries again.
     func append(_ rows: [Row]) throws(StoreError) {
         let record = Self.encodeRecord(rows)
-        let written = record.withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(end)) }
-        guard written == record.count else {
-            let reason = written < 0 ? String(cString: strerror(errno)) : "short write"
+        // A file system short of room writes what fits, and says ENOSPC on the next call.
+        var done = 0
+        var failure: Int32 = 0
+        record.withUnsafeBytes { bytes in
+            while done < bytes.count {
+                let written = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(end + done))
+                if written < 0, errno == EINTR { continue }
+                guard written > 0 else {
+                    failure = written < 0 ? errno : ENOSPC
+                    return
+                }
+                done += written
+            }
+        }
+        guard done == record.count else {
             _ = ftruncate(descriptor, off_t(end))  // no part of the record stays for a replay to read
-            throw .database("cannot write the change journal \(path): \(reason)")
+            if let refusal = DiskRoom.refusal(errno: failure, path: path) { throw refusal }
+            throw .database("cannot write the change journal \(path): \(String(cString: strerror(failure)))")
         }
         end += record.count
         pending += rows
     }
+
+    /// The room `KeyValueStore.checkRoom` asks for besides a value's bytes: a record's fields
+    /// (a few hundred bytes) and the blocks of the file system it may start, with some to
+    /// spare for a value whose XML is longer than what was written.
+    static let recordSlack = 16 * 1024
 
     /// Forgets the rows once the database has them. If the file cannot be emptied, later
     /// records follow the old ones, which a replay writes again to no effect (see `record`).

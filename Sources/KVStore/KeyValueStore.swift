@@ -129,12 +129,17 @@ public final class KeyValueStore: Sendable {
     }
     let changeObserver = Mutex<Observer?>(nil)
     let readOnlyReason = Mutex<String?>(nil)
+    /// What the data directory's disk last said it had free, and when (`checkRoom`).
+    let roomSeen = Mutex<DiskRoom.Seen?>(nil)
     /// The id this store's changes carry in their stamps.
     public let deviceID: String
 
     /// Opens (creating if needed) the store at `path`. `limits`, when given, become the store's own.
     public init(path: String, limits: QuotaLimits? = nil, clock: @escaping @Sendable () -> Date = { Date() }) throws(StoreError) {
         self.clock = clock
+        // The replay of the journal is what most needs room: SQLite's errno from it tells a
+        // spent disk quota from a full disk.
+        var systemErrno: Int32 = 0
         do {
             var configuration = Configuration()
             configuration.prepareDatabase { db in
@@ -151,7 +156,12 @@ public final class KeyValueStore: Sendable {
             let quarantine = try ChangeJournal(path: path + ".quarantine")
             var refused = [ChangeJournal.Row]()
             let (loaded, device) = try database.write { db -> (State, String) in
-                refused = try Self.record(journaled: journal.pending, db)
+                do {
+                    refused = try Self.record(journaled: journal.pending, db)
+                } catch {
+                    systemErrno = DiskRoom.systemErrno(db)
+                    throw error
+                }
                 if let limits { try Self.saveLimits(limits, db) }
                 let device = try Self.deviceID(db)
                 let records = try ChangeRecord.fetchAll(db, sql: ChangeRecord.selection)
@@ -181,10 +191,8 @@ public final class KeyValueStore: Sendable {
             journal.clear()
             deviceID = device
             state = Mutex(loaded)
-        } catch let error as StoreError {
-            throw error
         } catch {
-            throw .database(String(describing: error))
+            throw DiskRoom.storeError(error, systemErrno: systemErrno, path: path)
         }
     }
 

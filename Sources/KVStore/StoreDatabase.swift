@@ -52,12 +52,18 @@ extension KeyValueStore {
     public func makeDurable() throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
             try moveJournalToDatabase(&state)
+            var systemErrno: Int32 = 0
             do {
                 try database.writeWithoutTransaction { db in
-                    try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
+                    do {
+                        try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
+                    } catch {
+                        systemErrno = DiskRoom.systemErrno(db)
+                        throw error
+                    }
                 }
             } catch {
-                throw .database(String(describing: error))
+                throw DiskRoom.storeError(error, systemErrno: systemErrno, path: database.path)
             }
         }
     }
@@ -98,21 +104,23 @@ extension KeyValueStore {
     func write(_ state: inout State, _ updates: (Database) throws -> Void) throws(StoreError) {
         let journaled = state.journal.pending
         var refused = [ChangeJournal.Row]()
+        var systemErrno: Int32 = 0
         do {
             try database.writeWithoutTransaction { db in
-                try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
                 do {
+                    try db.cachedStatement(sql: "BEGIN IMMEDIATE").execute()
                     refused = try Self.record(journaled: journaled, db)
                     try updates(db)
                     try db.cachedStatement(sql: "COMMIT").execute()
                 } catch {
+                    systemErrno = DiskRoom.systemErrno(db)  // before the rollback's calls replace it
                     if !db.isInsideTransaction { throw error }
                     try? db.execute(sql: "ROLLBACK")
                     throw error
                 }
             }
         } catch {
-            throw .database(String(describing: error))
+            throw DiskRoom.storeError(error, systemErrno: systemErrno, path: database.path)
         }
         // Kept once the rest is committed (a rolled-back attempt would keep them twice), and
         // before the journal that still holds them is emptied.

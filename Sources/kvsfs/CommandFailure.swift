@@ -20,8 +20,8 @@ func explain(_ code: Int32) -> String {
     let system = String(cString: strerror(code))
     switch code {
     case EFBIG: return "\(system): the value is over the per-value quota"
-    case EDQUOT: return "\(system): the store's byte quota would be exceeded"
-    case ENOSPC: return "\(system): the store already holds its maximum number of keys"
+    case EDQUOT: return "\(system): the store's byte quota would be exceeded, or your disk quota on the mount's data directory is spent"
+    case ENOSPC: return "\(system): the store already holds its maximum number of keys, or the disk holding the mount's data directory is full"
     case ENAMETOOLONG: return "\(system): the key name is over the key-length quota"
     case EINVAL: return "\(system): the value is not a property list the store accepts"
     case EROFS: return "\(system): this mount may only read the store (its token is read-only)"

@@ -133,7 +133,7 @@ struct Mount: ParsableCommand {
         } catch {
             throw CommandFailure("store '\(store.storeID)' in \(dataDirectory.path) is already mounted by another kvsfs process")
         }
-        let keyValueStore = try KeyValueStore(path: location.databasePath)
+        let keyValueStore = try openStore(location, dataDirectory: dataDirectory)
         let logger = Logger(label: "kvsfs")
         for change in keyValueStore.quarantined {
             logger.error("a committed change to \(change.key.debugDescription) (\(change.stamp)) was refused by the database and kept in \(location.databasePath).quarantine")
@@ -199,6 +199,27 @@ struct Mount: ParsableCommand {
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
         logger.info("unmounted cleanly: every acknowledged write is committed")
+    }
+
+    /// Opens the store, replaying its journal. A disk without room for the replay is said in
+    /// one line: nothing is lost, the journal holds every acknowledged write until a replay
+    /// succeeds.
+    private func openStore(_ location: StoreLocation, dataDirectory: URL) throws -> KeyValueStore {
+        let opened: StoreError
+        do {
+            return try KeyValueStore(path: location.databasePath)
+        } catch {
+            opened = error
+        }
+        guard case .diskFull(_, let quota) = opened else { throw opened }
+        throw CommandFailure("cannot open the store '\(store.storeID)' in \(dataDirectory.path): \(Self.noRoom(quota: quota, in: dataDirectory.path)); free some space and mount again")
+    }
+
+    /// Why a disk had no room, with what it has left when it says.
+    private static func noRoom(quota: Bool, in directory: String) -> String {
+        if quota { return "your disk quota on its file system is spent" }
+        guard let free = DiskRoom.freeBytes(at: directory) else { return "the disk is full" }
+        return "the disk is full (\(counted(free, "byte")) free)"
     }
 
     /// What the mount says as it starts: the store, where it lives and what it holds, the
