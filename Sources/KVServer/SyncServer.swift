@@ -9,7 +9,8 @@ import NIOCore
 /// The sync server's HTTP interface over cloud storage and accounts. Every route but
 /// `/health` and `/metrics` needs `Authorization: Bearer TOKEN`; a store is addressed as ACCOUNT/STORE and
 /// kept in the storage as `ACCOUNT.STORE`. Bodies are JSON; errors are 4xx/5xx with
-/// `{"error":{"message":...}}`.
+/// `{"error":{"message":...}}`. Every key a request names keeps one rule (`RequestKey`),
+/// or the request is answered 400 before any store is read.
 ///
 ///     GET  /health                                   200 ok
 ///     GET  /metrics                                  Prometheus text (no token needed)
