@@ -217,6 +217,24 @@ public final class SQLiteCloudStorage: CloudStorage {
         }
     }
 
+    /// Makes `store`'s row unless it has one, provided fewer than `limit` stores' names start
+    /// with `prefix` (a server's account, `ACCOUNT.`); false, making nothing, otherwise. One
+    /// IMMEDIATE transaction: no other writer of the file makes a store between the count and
+    /// the row.
+    package func makeStore(_ store: String, amongStoresStartingWith prefix: String, limit: Int) throws(CloudError) -> Bool {
+        try StoreName.check(store)
+        return try run {
+            try self.database.write { db in
+                if try Bool.fetchOne(db, sql: "SELECT 1 FROM cloudStore WHERE id = ?", arguments: [store]) ?? false { return true }
+                let held = try Int.fetchOne(db, sql: "SELECT count(*) FROM cloudStore WHERE substr(id, 1, ?) = ?",
+                                            arguments: [prefix.unicodeScalars.count, prefix]) ?? 0
+                guard held < limit else { return false }
+                _ = try Table(db: db, store: store)
+                return true
+            }
+        }
+    }
+
     public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)

@@ -52,6 +52,12 @@ public final class SQLiteServerStorage: ServerStorage {
         try await cloud.push(changes, to: store, mark: mark)
     }
 
+    public func makeStore(_ store: String, of account: String, limit: Int) async throws(CloudError) -> Bool {
+        try await threads.run { [cloud] () throws(CloudError) in
+            try cloud.makeStore(store, amongStoresStartingWith: account + ".", limit: limit)
+        }
+    }
+
     public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         try await log.changes(in: store, after: cursor, mark: mark, limit: limit)
     }

@@ -17,6 +17,15 @@ public protocol ServerStorage: ChangeLog {
     func generation(of account: String) async throws(CloudError) -> String?
     func renewGeneration(of account: String) async throws(CloudError)
 
+    /// Makes the row of `store`, a store of `account`, unless it has one, provided the account
+    /// then holds at most `limit` stores; false, making nothing, when it holds `limit` already.
+    /// The count and the new row are one transaction that every other server sharing the
+    /// storage waits for, so that stores made at once through several servers never pass
+    /// the limit. (The limit is `StoreCap`'s; this is its twin in each storage's SQL.) A store
+    /// is named `ACCOUNT.STORE` and an account's name holds no `.`: the account's stores are
+    /// those whose names start with `ACCOUNT.`.
+    func makeStore(_ store: String, of account: String, limit: Int) async throws(CloudError) -> Bool
+
     /// What the store keeps of each key's past (`HistoryPolicy.standard` until set).
     func historyPolicy(of store: String) async throws(CloudError) -> HistoryPolicy
     /// Sets the parts of the policy `change` names, in one transaction; returns the policy then held.

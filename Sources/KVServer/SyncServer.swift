@@ -9,14 +9,17 @@ import NIOCore
 /// The sync server's HTTP interface over cloud storage and accounts. Every route but
 /// `/health` and `/metrics` needs `Authorization: Bearer TOKEN`; a store is addressed as ACCOUNT/STORE and
 /// kept in the storage as `ACCOUNT.STORE`. Bodies are JSON; errors are 4xx/5xx with
-/// `{"error":{"message":...}}`.
+/// `{"error":{"message":...}}`. Every key a request names keeps one rule (`RequestKey`),
+/// or the request is answered 400 before any store is read.
 ///
 ///     GET  /health                                   200 ok
 ///     GET  /metrics                                  Prometheus text (no token needed)
 ///     GET  /v1/whoami                                {"account","store","readOnly"} of the token
 ///     GET  /v1/ACCOUNT/STORE/identity                {"identity"}: the account's remote id
 ///     POST /v1/ACCOUNT/STORE/changes[?mark=M&mark-key=K]
-///                                                    {"changes":[...]} -> {"accepted","refused"}
+///                                                    {"changes":[...]} -> {"accepted","refused"};
+///                                                    the first push to a store makes it, 403
+///                                                    past the account's cap (`StoreCap`)
 ///     GET  /v1/ACCOUNT/STORE/changes?after=N[&mark=M&mark-key=K]&limit=L[&wait=S]
 ///                                                    {"changes","cursor","complete"}; with wait, a
 ///                                                    long poll: when there are none yet, answers
@@ -49,14 +52,19 @@ public struct SyncServer: Sendable {
     let renewals = IdentityRenewals()
     let logger = Logger(label: "kvsfs.serve")
     let refusedTokens: RefusedTokens
+    let storeCap: StoreCap
 
-    /// `rateLimit`: requests per second per token (0: none).
-    public init(storage: any ServerStorage, rateLimit: Double = 0) {
+    /// `rateLimit`: requests per second per token (0: none); `maxStoresPerAccount`: the most
+    /// stores one account may hold (`StoreCap`).
+    public init(storage: any ServerStorage, rateLimit: Double = 0, maxStoresPerAccount: Int = SyncServer.defaultMaxStoresPerAccount) {
         refusedTokens = RefusedTokens(logger: logger)
         self.storage = storage
         accounts = AccountDirectory(storage: storage.accounts)
         limiter = RateLimiter(rate: rateLimit)
+        storeCap = StoreCap(limit: maxStoresPerAccount)
     }
+
+    public static let defaultMaxStoresPerAccount = StoreCap.defaultLimit
 
     /// Wakes this server's long polls for changes pushed through other servers sharing the
     /// storage; runs until the task is cancelled.
@@ -127,6 +135,8 @@ public struct SyncServer: Sendable {
         let mark = try wire { () throws(WireError) in try WireQuery(request.uri.query).mark() }
         let body = try await request.body.collect(upTo: WireLimits.maximumPushBytes)
         let push = try wire { () throws(WireError) in try decodePush(Array(body.readableBytesView)) }
+        // The first push to a store makes it, within its account's cap.
+        try await run { try await storeCap.admit(context.store, storage: storage) }
         // Nothing goes into a history that is not the pusher's: it resynchronises first.
         let outcome = try await checkingHistory(of: stored, scope: context.bearer.scope) { () throws(CloudError) in
             try await storage.push(push.changes, to: stored, mark: mark)

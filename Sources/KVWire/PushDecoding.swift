@@ -36,6 +36,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidChange(index: Int, key: String, reason: String)
     /// A query parameter that is not what its route reads.
     case invalidQuery(name: String, expected: String)
+    /// A query parameter naming a key that breaks `RequestKey`'s rule.
+    case invalidKey(name: String, RequestKey.Violation)
 
     public var description: String {
         switch self {
@@ -45,6 +47,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case .tooManyChanges(let count, let limit): "the push holds \(count) changes, over the limit of \(limit) a push"
         case .invalidChange(let index, let key, let reason): "change \(index) (key \(key)): \(reason)"
         case .invalidQuery(let name, let expected): "\(name) must be \(expected)"
+        case .invalidKey(let name, let violation): "\(name) must be \(RequestKey.rule): \(violation)"
         }
     }
 }
@@ -72,10 +75,10 @@ public func decodePush(_ body: [UInt8]) throws(WireError) -> PushRequest {
         func refuse(_ reason: String) -> WireError {
             .invalidChange(index: index, key: abbreviated(change.key), reason: reason)
         }
-        let keyBytes = change.key.utf8.count
-        guard keyBytes > 0 else { throw refuse("the key is empty") }
-        guard keyBytes <= WireLimits.maximumKeyBytes else {
-            throw refuse("the key is \(keyBytes) bytes, over the limit of \(WireLimits.maximumKeyBytes)")
+        do {
+            try RequestKey.check(change.key)
+        } catch {
+            throw refuse(error.description)
         }
         let deviceBytes = change.stamp.device.utf8.count
         guard deviceBytes > 0 else { throw refuse("the stamp has no device id") }

@@ -30,7 +30,7 @@ public struct WireQuery: Sendable {
     /// The value of the first parameter called `name`, percent-decoded (as sent when it does
     /// not decode).
     public func value(_ name: String) -> String? {
-        guard let value = pairs.first(where: { $0.name == name })?.value else { return nil }
+        guard let value = raw(name) else { return nil }
         return String(value).removingPercentEncoding ?? String(value)
     }
 
@@ -63,23 +63,37 @@ public struct WireQuery: Sendable {
     /// when neither is sent.
     public func mark() throws(WireError) -> HistoryMark? {
         let position = value(Name.mark)
-        let key = value(Name.markKey)
-        guard position != nil || key != nil else { return nil }
+        let sentKey = raw(Name.markKey)
+        guard position != nil || sentKey != nil else { return nil }
+        // A key no store could hold is refused by the key rule, not checked against the
+        // store's rows (which would answer 409 and renew the account's generation).
+        var key: String?
+        if let sentKey { key = try Self.key(sentKey, name: Name.markKey) }
         guard let position, let key, position.utf8.count <= 128, let mark = HistoryMark(key: key, position: position) else {
             throw .invalidQuery(name: Name.mark, expected: "\(Name.mark)=CURSOR.TIME.COUNTER.DEVICE and \(Name.markKey)=KEY, as a change stamp and a key name allow")
         }
         return mark
     }
 
-    /// `key`: the key a history request names, required, 1 to `WireLimits.maximumKeyBytes` (as
-    /// a push's keys) of UTF-8, percent-encoded: a value whose escapes are not UTF-8 (`%ff`)
-    /// names no key, and is refused rather than read as the text sent.
+    /// `key`: the key a history request names, required, by `RequestKey`'s rule: a value
+    /// whose escapes are not UTF-8 (`%ff`) names no key, and is refused rather than read as
+    /// the text sent.
     public func key() throws(WireError) -> String {
-        guard let sent = pairs.first(where: { $0.name == Name.key })?.value, let key = String(sent).removingPercentEncoding,
-              !key.isEmpty, key.utf8.count <= WireLimits.maximumKeyBytes else {
-            throw .invalidQuery(name: Name.key, expected: "a key name of 1 to \(WireLimits.maximumKeyBytes) bytes of percent-encoded UTF-8")
+        try Self.key(raw(Name.key), name: Name.key)
+    }
+
+    /// The key parameter `name` names, by `RequestKey`'s rule.
+    private static func key(_ sent: Substring?, name: String) throws(WireError) -> String {
+        do {
+            return try RequestKey.decoded(sent)
+        } catch {
+            throw .invalidKey(name: name, error)
         }
-        return key
+    }
+
+    /// The first parameter called `name` as sent, not decoded.
+    private func raw(_ name: String) -> Substring? {
+        pairs.first(where: { $0.name == name })?.value
     }
 
     /// `version`: one version of a key's history (a cursor, 1 or more), or nil when not sent.

@@ -71,7 +71,7 @@ enum RequestFuzzing {
         let after = try? query.after(), limit = try? query.limit(), wait = try? query.wait()
         _ = query.value(text)
         if let mark = try? query.mark() {
-            guard mark.cursor > 0, mark.key.utf8.count <= HistoryMark.maximumKeyBytes,
+            guard mark.cursor > 0, !mark.key.isEmpty, mark.key.utf8.count <= WireLimits.maximumKeyBytes,
                   (try? WireQuery(String(WireQuery.encode(mark: mark).dropFirst())).mark()) == mark else {
                 fatalError("mark \(mark) from \(text.debugDescription) is out of the rule or does not read back once written")
             }

@@ -81,6 +81,11 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("rate-limit"), help: "Requests per second per token, in bursts of twice that (0: no limit).")
     var rateLimit: Double = 1000
 
+    @Option(name: .customLong("max-stores-per-account"), help: ArgumentHelp(
+        "The most stores one account may hold (1 to 1000000).",
+        discussion: "A push that would make one more store is refused with 403 and the reason; the stores held go on."))
+    var maxStoresPerAccount: Int = SyncServer.defaultMaxStoresPerAccount
+
     @Option(name: .customLong("max-clock-skew"), help: ArgumentHelp(
         "How many seconds ahead of this server's clock a pushed change's stamp may be.",
         discussion: "A change stamped further ahead is refused with its reason, as a quota refusal is."))
@@ -103,6 +108,7 @@ struct Serve: ParsableCommand {
         guard address != nil else { throw ValidationError("--listen must be HOST:PORT") }
         guard rateLimit >= 0 else { throw ValidationError("--rate-limit must be 0 or more") }
         guard idleTimeout > 0, idleTimeout <= 86_400 else { throw ValidationError("--idle-timeout must be more than 0 and at most 86400 seconds") }
+        guard (1...1_000_000).contains(maxStoresPerAccount) else { throw ValidationError("--max-stores-per-account must be 1 to 1000000") }
         guard (0...86_400).contains(maxClockSkew) else { throw ValidationError("--max-clock-skew must be 0 to 86400 seconds") }
         guard (tlsCertificate == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
     }
@@ -126,9 +132,9 @@ struct Serve: ParsableCommand {
         let place = "\(certificate == nil ? "http" : "https")://\(host):\(port) (TLS \(certificate == nil ? "off" : "on"))"
         let admission = AdmissionPolicy(stamps: StampRule(skew: Int64(maxClockSkew) * 1000))
         let idleTimeout = Duration.milliseconds(max(1, Int64((idleTimeout * 1000).rounded())))
-        try waitFor { [database, rateLimit, logger] in
+        try waitFor { [database, rateLimit, maxStoresPerAccount, logger] in
             let storage = try await database.open(logger: logger, admission: admission)
-            let server = SyncServer(storage: storage, rateLimit: rateLimit)
+            let server = SyncServer(storage: storage, rateLimit: rateLimit, maxStoresPerAccount: maxStoresPerAccount)
             let app: any ApplicationProtocol
             do {
                 app = try server.application(host: host, port: port, certificate: certificate, idleTimeout: idleTimeout, logger: logger,

@@ -205,10 +205,10 @@ struct WireTests {
         }
     }
 
-    @Test("a history mark travels as mark and mark-key, any key byte for byte; a malformed one is refused with the form")
+    @Test("a history mark travels as mark and mark-key, any key of the key rule byte for byte; a malformed one is refused with the form")
     func marks() throws {
         let stamp = ChangeStamp(time: 1_795_341_600_123, counter: 7, device: "dev-1:a.b_c")
-        for key in ["k", "café au lait", "a&b=c%d+e f", "mid\u{0}dle", "/slash?", String(repeating: "ü", count: 2000)] {
+        for key in ["k", "café au lait", "a&b=c%d+e f", "mid\u{0}dle", "/slash?", String(repeating: "ü", count: WireLimits.maximumKeyBytes / 2)] {
             let mark = HistoryMark(key: key, cursor: 42, stamp: stamp)
             let sent = WireQuery(String(WireQuery.encode(after: 41, mark: mark, limit: 10).dropFirst()))
             #expect(try sent.mark() == mark, "\(key.debugDescription)")
@@ -219,9 +219,16 @@ struct WireTests {
         let expected = "mark must be mark=CURSOR.TIME.COUNTER.DEVICE and mark-key=KEY, as a change stamp and a key name allow"
         for query in ["mark=1.2.3.d", "mark-key=k", "mark=0.2.3.d&mark-key=k", "mark=1.2.-3.d&mark-key=k", "mark=1.2.3.&mark-key=k",
                       "mark=1.2.3.d%20e&mark-key=k", "mark=1.2.3&mark-key=k", "mark=x.2.3.d&mark-key=k", "mark=1.2.99999999999.d&mark-key=k",
-                      "mark=1.2.3.\(String(repeating: "d", count: 65))&mark-key=k",
-                      "mark=1.2.3.d&mark-key=" + String(repeating: "k", count: HistoryMark.maximumKeyBytes + 1)] {
+                      "mark=1.2.3.\(String(repeating: "d", count: 65))&mark-key=k"] {
             #expect(queryRefusal { try WireQuery(query).mark() } == expected, "\(query.prefix(60))")
+        }
+        // Its key by the one key rule (`RequestKey`), as a history request's: before, one no
+        // store could hold was checked against the store's rows (409, a renewed generation).
+        let rule = "mark-key must be a key name of 1 to \(WireLimits.maximumKeyBytes) bytes of percent-encoded UTF-8: "
+        for (key, reason) in [("", "the key is empty"), ("%ff%fe", "the key is not percent-encoded UTF-8"),
+                              (String(repeating: "k", count: 1025), "the key is 1025 bytes, over the limit of 1024")] {
+            #expect(queryRefusal { try WireQuery("mark=1.2.3.d&mark-key=" + key).mark() } == rule + reason, "\(key.prefix(20))")
+            #expect(queryRefusal { try WireQuery("mark-key=" + key).mark() } == rule + reason, "\(key.prefix(20))")
         }
     }
 
@@ -233,11 +240,14 @@ struct WireTests {
                 #expect(try sent.key() == key && sent.version() == version, "\(key.prefix(20).debugDescription) \(String(describing: version))")
             }
         }
-        let key = "key must be a key name of 1 to \(WireLimits.maximumKeyBytes) bytes of percent-encoded UTF-8"
+        let key = "key must be a key name of 1 to \(WireLimits.maximumKeyBytes) bytes of percent-encoded UTF-8: "
         // %ff%fe decodes to no UTF-8: before, it was read as the key "%ff%fe" and answered 200.
-        for query in ["", "version=1", "key=", "key&version=2", "key=" + String(repeating: "k", count: WireLimits.maximumKeyBytes + 1),
-                      "key=%ff%fe", "key=a%c3", "key=%zz"] {
-            #expect(queryRefusal { try WireQuery(query).key() } == key, "\(query.prefix(60))")
+        for (query, reason) in [("", "no key is named"), ("version=1", "no key is named"), ("key=", "the key is empty"),
+                                ("key&version=2", "the key is empty"),
+                                ("key=" + String(repeating: "k", count: WireLimits.maximumKeyBytes + 1), "the key is 1025 bytes, over the limit of 1024"),
+                                ("key=%ff%fe", "the key is not percent-encoded UTF-8"), ("key=a%c3", "the key is not percent-encoded UTF-8"),
+                                ("key=%zz", "the key is not percent-encoded UTF-8")] {
+            #expect(queryRefusal { try WireQuery(query).key() } == key + reason, "\(query.prefix(60))")
         }
         for query in ["key=k&version=0", "key=k&version=-1", "key=k&version=x", "key=k&version=99999999999999999999", "key=k&version="] {
             #expect(queryRefusal { try WireQuery(query).version() } != nil, "\(query)")
