@@ -12,14 +12,17 @@ extension ConflictConformanceTests {
     func keptBytesBounded(_ kind: Kind) async throws {
         try await ChangeLogConformanceTests().withLog(kind) { log, store in
             let big = String(repeating: "x", count: 100_000)
+            // One clock reading for every stamp: each removal wins over every older value,
+            // however slowly the pushes go.
+            let start = Self.now
             var keptBytes = 0
             var refusals: [String] = []
             // 2 keys × 8 devices × 100 KB would be 1.6 MB against a quota of 1 MiB.
             for keyIndex in 0..<2 {
                 let key = "flood\(keyIndex)"
-                _ = try await log.push([change(key, nil, time: Self.now, device: "writer", replaces: .nothing)], to: store)
+                _ = try await log.push([change(key, nil, time: start, device: "writer", replaces: .nothing)], to: store)
                 for device in 0..<8 {
-                    let loser = change(key, big + "\(device)", time: Self.now - 10_000 + Int64(device), device: "made-up-\(device)",
+                    let loser = change(key, big + "\(device)", time: start - 100_000 + Int64(device), device: "made-up-\(device)",
                                        replaces: .nothing)
                     let outcome = try await log.push([loser], to: store)
                     if outcome.refused.isEmpty {
@@ -37,10 +40,10 @@ extension ConflictConformanceTests {
 
             // Settling a conflict frees its bytes: a new conflict is kept again.
             let first = try #require(rows.first { $0.key == "flood0" })
-            var settle = change("flood0", "settled", time: Self.now + 1, device: "writer", replaces: .change(first.stamp))
+            var settle = change("flood0", "settled", time: start + 1, device: "writer", replaces: .change(first.stamp))
             settle.settles = first.lost.map(\.stamp)
             #expect(try await log.push([settle], to: store).refused.isEmpty)
-            let again = change("flood1", big + "again", time: Self.now - 20_000, device: "made-up-late", replaces: .nothing)
+            let again = change("flood1", big + "again", time: start - 200_000, device: "made-up-late", replaces: .nothing)
             #expect(try await log.push([again], to: store).refused.isEmpty, "room again once settled")
         }
     }
