@@ -77,6 +77,22 @@ public struct HistoryPolicy: Sendable, Equatable, Codable, CustomStringConvertib
         try HistoryPolicyChange(versions: versions, retentionDays: retentionDays).check()
     }
 
+    /// The most bytes of values a store's versions may hold: as many times its total quota as
+    /// the policy keeps versions (16 MiB for the modelled store), whatever keys they belong to.
+    public func byteBound(_ limits: QuotaLimits) -> Int {
+        let (bound, overflow) = limits.totalBytes.multipliedReportingOverflow(by: versions)
+        return overflow ? Int.max : bound
+    }
+
+    /// How many bytes of the oldest versions go when a store's versions hold `held` bytes:
+    /// none within the bound; past it, enough to bring them to 15/16 of it, so that a store at
+    /// its bound does not evict at every push. A key's newest version never goes.
+    public func bytesToEvict(held: Int, limits: QuotaLimits) -> Int {
+        let bound = byteBound(limits)
+        guard held > bound else { return 0 }
+        return held - (bound / 16) * 15
+    }
+
     /// The oldest acceptance time, in milliseconds since 1970, of a removal whose history is
     /// still kept when the clock reads `now`. Never overflows.
     public func oldestKeptRemoval(now: Int64) -> Int64 {

@@ -22,6 +22,21 @@ public final class MemoryCloudStorage: CloudStorage {
             return Array(held)
         }
 
+        /// Past the bound on the versions' bytes (`HistoryPolicy.byteBound`), drops the oldest
+        /// versions, whatever their keys, but never a key's newest.
+        mutating func evictOldestVersions() {
+            let held = versions.values.joined().reduce(0) { $0 + ($1.value?.count ?? 0) }
+            var excess = history.bytesToEvict(held: held, limits: limits)
+            guard excess > 0 else { return }
+            let older = versions.values.flatMap { $0.dropLast() }.sorted { $0.version < $1.version }
+            var dropped = Set<Int64>()
+            for version in older where excess > 0 {
+                dropped.insert(version.version)
+                excess -= version.value?.count ?? 0
+            }
+            for key in versions.keys { versions[key]?.removeAll { dropped.contains($0.version) } }
+        }
+
         /// `versions`, each with the name kept of its device.
         func named(_ versions: [KeyVersion]) -> [KeyVersion] {
             versions.named(by: devices.names(of: versions.map(\.stamp.device)))
@@ -80,6 +95,7 @@ public final class MemoryCloudStorage: CloudStorage {
                 versions.append(KeyVersion(change, at: write.cursor, acceptedAt: admitted.now, withValue: true))
                 rows.versions[change.key] = Array(versions.suffix(rows.history.versions))
             }
+            rows.evictOldestVersions()
             rows.devices.keep(admitted.deviceNames)
             rows.usage = decision.state.usage
             rows.cursor = decision.state.cursor

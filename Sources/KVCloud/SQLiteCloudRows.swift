@@ -225,6 +225,7 @@ extension SQLiteCloudStorage {
             try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ?, keptBytes = ? WHERE id = ?")
                 .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys,
                                      decision.state.keptBytes, store])
+            try evictOldestVersions(history: history)
             if HistoryPolicy.sweepDue(lastSweep: sweptAt, now: now) {
                 // The versions before the removal of each key whose latest change is a removal
                 // accepted before the retention time. The removal's own row stays: it says when
@@ -249,6 +250,23 @@ extension SQLiteCloudStorage {
                 }
                 return storedHistory
             }
+        }
+
+        /// Past the store's bound on its versions' bytes (`HistoryPolicy.byteBound`), drops its
+        /// oldest versions, whatever their keys, but never a key's newest.
+        private func evictOldestVersions(history: HistoryPolicy) throws {
+            let held = try Int.fetchOne(db.cachedStatement(sql: "SELECT historyBytes FROM cloudStore WHERE id = ?"), arguments: [store]) ?? 0
+            let excess = history.bytesToEvict(held: held, limits: state.limits)
+            guard excess > 0 else { return }
+            try db.cachedStatement(sql: """
+                DELETE FROM cloudVersion WHERE store = ?1 AND (key, cursor) IN (
+                    SELECT key, cursor FROM (
+                        SELECT key, cursor,
+                               coalesce(sum(length(value)) OVER (ORDER BY cursor ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+                        FROM cloudVersion v
+                        WHERE store = ?1 AND cursor < (SELECT max(cursor) FROM cloudVersion w WHERE w.store = ?1 AND w.key = v.key))
+                    WHERE before < ?2)
+                """).execute(arguments: [store, excess])
         }
 
         private func recordVersions(_ writes: [PushDecision.Write], after current: [String: StampedChange],

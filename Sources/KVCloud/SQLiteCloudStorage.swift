@@ -185,6 +185,21 @@ public final class SQLiteCloudStorage: CloudStorage {
                 try db.execute(sql: "UPDATE cloudStore SET keptBytes = ? WHERE id = ?", arguments: [bytes, store])
             }
         }
+        migrator.registerMigration("v7 history's bytes") { db in
+            // The bytes of the values each store's versions hold, kept by triggers whatever
+            // statement adds or drops a version (a trim, a sweep, an eviction): the bound of
+            // HistoryPolicy.byteBound is checked against it at every push.
+            try db.alter(table: "cloudStore") { t in t.add(column: "historyBytes", .integer).notNull().defaults(to: 0) }
+            try db.execute(sql: """
+                UPDATE cloudStore SET historyBytes = coalesce((SELECT sum(length(value)) FROM cloudVersion v WHERE v.store = cloudStore.id), 0);
+                CREATE TRIGGER cloudVersionBytesIn AFTER INSERT ON cloudVersion WHEN NEW.value IS NOT NULL BEGIN
+                    UPDATE cloudStore SET historyBytes = historyBytes + length(NEW.value) WHERE id = NEW.store;
+                END;
+                CREATE TRIGGER cloudVersionBytesOut AFTER DELETE ON cloudVersion WHEN OLD.value IS NOT NULL BEGIN
+                    UPDATE cloudStore SET historyBytes = historyBytes - length(OLD.value) WHERE id = OLD.store;
+                END;
+                """)
+        }
         return migrator
     }
 

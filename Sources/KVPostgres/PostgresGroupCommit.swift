@@ -136,6 +136,30 @@ extension PostgresServerStorage {
                 WHERE s.id = u.id RETURNING s.id)
             SELECT pg_notify(\(Self.channel), \(instance + " ") || id) FROM updated
             """, logger: logger)
+        // Past a store's bound on its versions' bytes (HistoryPolicy.byteBound, the same
+        // numbers), its oldest versions go, whatever their keys, but never a key's newest.
+        // Asked only when what the store held and this group added may pass it.
+        var added = [String: Int]()
+        for version in versions where version.isVersion { added[version.store, default: 0] += version.row.change.size }
+        let mayPass = updated.filter { store in
+            let history = locked.histories[store]!
+            return history.policy.bytesToEvict(held: history.bytes + (added[store] ?? 0), limits: locked.states[store]!.limits) > 0
+        }
+        guard !mayPass.isEmpty else { return results }
+        try await db.query("""
+            WITH over AS (
+                SELECT id, history_bytes - (total_bytes::bigint * history_versions / 16) * 15 AS excess FROM kvsfs_store
+                WHERE id = ANY(\(mayPass)) AND history_bytes > total_bytes::bigint * history_versions)
+            DELETE FROM kvsfs_version v USING (
+                SELECT r.store, r.key, r.cursor FROM over o CROSS JOIN LATERAL (
+                    SELECT k.store, k.key, k.cursor,
+                           coalesce(sum(octet_length(k.value)) OVER (ORDER BY k.cursor ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                               AS before
+                    FROM kvsfs_version k
+                    WHERE k.store = o.id AND k.cursor < (SELECT max(w.cursor) FROM kvsfs_version w WHERE w.store = o.id AND w.key = k.key)) r
+                WHERE r.before < o.excess) old
+            WHERE v.store = old.store AND v.key = old.key AND v.cursor = old.cursor
+            """, logger: logger)
         return results
     }
 
@@ -227,6 +251,8 @@ extension PostgresServerStorage {
     private struct LockedHistory {
         let policy: HistoryPolicy
         let sweptAt: Int64
+        /// The bytes of the values the store's versions held when it was locked.
+        let bytes: Int
     }
 
     /// Locks the rows of `stores` (in the order of their ids) and reads their states with the
@@ -237,26 +263,27 @@ extension PostgresServerStorage {
         let rows = try await db.query("""
             WITH locked AS (
                 SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
-                       history_versions, history_days, history_swept_at, kept_bytes FROM kvsfs_store
+                       history_versions, history_days, history_swept_at, kept_bytes, history_bytes FROM kvsfs_store
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
-                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
+                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, l.history_bytes, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
                    c.lost_value, c.lost_type, c.lost_time, c.lost_counter, c.lost_device, c.also_lost
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.* FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
             """, logger: logger)
         var locked = Locked()
-        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int,
+        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int, Int,
                                           String?, Data?, String?, Int64?, Int32?, String?, Int64?,
                                           Data?, String?, Int64?, Int32?, String?, Data?).self) {
-            let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt, keptBytes,
+            let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt, keptBytes, historyBytes,
                  key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice,
                  earlierLost) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor, keptBytes: keptBytes)
-            locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt)
+            locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt,
+                                                    bytes: historyBytes)
             if let key, let time, let counter, let device, let keyCursor {
                 var change = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
                                            stamp: ChangeStamp(time: time, counter: counter, device: device))

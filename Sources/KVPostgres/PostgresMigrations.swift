@@ -162,6 +162,47 @@ enum PostgresSchema {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         },
+        PostgresMigration(name: "v7 history's bytes") { db, logger in
+            // The bytes of the values each store's versions hold, kept by statement triggers
+            // whatever statement adds or drops versions (a trim, a sweep, an eviction, a store's
+            // removal): the bound of HistoryPolicy.byteBound is checked against it at every push.
+            for statement in [
+                "ALTER TABLE kvsfs_store ADD COLUMN history_bytes bigint NOT NULL DEFAULT 0",
+                """
+                UPDATE kvsfs_store s SET history_bytes = v.bytes FROM (
+                    SELECT store, sum(octet_length(value)) AS bytes FROM kvsfs_version WHERE value IS NOT NULL GROUP BY store) v
+                WHERE s.id = v.store
+                """,
+                """
+                CREATE FUNCTION kvsfs_version_bytes_in() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    UPDATE kvsfs_store s SET history_bytes = s.history_bytes + a.bytes FROM (
+                        SELECT store, sum(octet_length(value)) AS bytes FROM kvsfs_added WHERE value IS NOT NULL GROUP BY store) a
+                    WHERE s.id = a.store;
+                    RETURN NULL;
+                END $$
+                """,
+                """
+                CREATE FUNCTION kvsfs_version_bytes_out() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    UPDATE kvsfs_store s SET history_bytes = s.history_bytes - d.bytes FROM (
+                        SELECT store, sum(octet_length(value)) AS bytes FROM kvsfs_dropped WHERE value IS NOT NULL GROUP BY store) d
+                    WHERE s.id = d.store;
+                    RETURN NULL;
+                END $$
+                """,
+                """
+                CREATE TRIGGER kvsfs_version_bytes_in AFTER INSERT ON kvsfs_version REFERENCING NEW TABLE AS kvsfs_added
+                FOR EACH STATEMENT EXECUTE FUNCTION kvsfs_version_bytes_in()
+                """,
+                """
+                CREATE TRIGGER kvsfs_version_bytes_out AFTER DELETE ON kvsfs_version REFERENCING OLD TABLE AS kvsfs_dropped
+                FOR EACH STATEMENT EXECUTE FUNCTION kvsfs_version_bytes_out()
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

@@ -85,3 +85,35 @@ extension ChangeLogConformanceTests {
         }
     }
 }
+
+/// What a store's history holds is bounded by its quota, on every change log: the flood of
+/// issue 33 (keys written then removed, each keeping its value in its history) stops at the
+/// documented bound, the oldest versions going first, and never a key's newest.
+extension ChangeLogConformanceTests {
+    @Test("keys written then removed keep at most 16 times the quota in history: the oldest versions go first",
+          arguments: Kind.allCases)
+    func historyBytesBounded(_ kind: Kind) async throws {
+        try await withLog(kind) { log, store in
+            let start = Self.now - 60_000
+            let value = String(repeating: "v", count: 500_000)
+            let keys = (0..<36).map { "removed\($0)" }
+            for (index, key) in keys.enumerated() {
+                let time = start + Int64(index) * 10
+                _ = try await log.push([change(key, value, time: time)], to: store)
+                _ = try await log.push([StampedChange.tombstone(key, stamp: ChangeStamp(time: time + 1, counter: 0, device: "a"))], to: store)
+            }
+            var held = 0
+            var kept: [Bool] = []
+            for key in keys {
+                let versions = try await log.history(of: key, in: store)
+                #expect(versions.first?.isRemoval == true, "a key's newest version never goes: \(key)")
+                held += versions.reduce(0) { $0 + $1.size }
+                kept.append(versions.count == 2)
+            }
+            let bound = HistoryPolicy.standard.byteBound(QuotaLimits.modelled)
+            #expect(held <= bound && held > bound - 2 * 500_200, "\(held) bytes held, bound \(bound)")
+            #expect(kept.first == false && kept.last == true, "the oldest went first: \(kept)")
+            #expect(kept == kept.sorted { !$0 && $1 }, "oldest first, whatever the key: \(kept)")
+        }
+    }
+}
