@@ -4,6 +4,19 @@ import GRDB
 // The keys' open conflicts as the remote gives them with its changes, kept in table
 // `conflict`, and the write that settles one; the unsent losses (table `unsentLoss`).
 
+/// What taking in fetched conflicts did: the keys whose conflict is new (opened, or another
+/// change lost since), and those whose conflict was not kept, as it would have made the
+/// store keep more than its total quota of changes that lost.
+public struct ConflictIntake: Equatable, Sendable {
+    public var opened: [String]
+    public var notKept: [String]
+
+    public init(opened: [String], notKept: [String]) {
+        self.opened = opened
+        self.notKept = notKept
+    }
+}
+
 /// A key's open conflict as a mount knows it: the changes that lost, kept (newest first, one
 /// per device, never none), and the one that won, as the remote decided them.
 public struct KeyConflict: Hashable, Sendable, Codable {
@@ -75,12 +88,15 @@ extension KeyValueStore {
     /// their keys have: each key's last change is what the remote holds now, so its `lost`
     /// opens, replaces or (nil) settles the key's conflict. With `replacingAll`, the keys not
     /// among `changes` have none (the store now follows the whole of another history).
-    /// Returns the keys whose conflict is new: opened, or another change lost since.
+    ///
+    /// What the conflicts keep of changes that lost is bounded by the store's total quota, as
+    /// at the remote: a conflict that would make them pass it is not kept (the key keeps what it
+    /// had), and is named in the intake's `notKept`, for its caller to report.
     @discardableResult
-    public func takeConflicts(from changes: [StampedChange], replacingAll: Bool = false) throws(StoreError) -> [String] {
+    public func takeConflicts(from changes: [StampedChange], replacingAll: Bool = false) throws(StoreError) -> ConflictIntake {
         var latest = [String: StampedChange]()
         for change in changes { latest[change.key] = change }
-        return try state.withLock { (state: inout State) throws(StoreError) -> [String] in
+        return try state.withLock { (state: inout State) throws(StoreError) -> ConflictIntake in
             var updated = [String: KeyConflict?]()
             for (key, change) in latest {
                 let conflict = change.lost.isEmpty ? nil : KeyConflict(key: key, lost: change.lost, won: change.kept)
@@ -89,7 +105,21 @@ extension KeyValueStore {
             if replacingAll {
                 for key in state.conflicts.keys where latest[key] == nil { updated[key] = .some(nil) }
             }
-            guard !updated.isEmpty else { return [] }
+            // What shrinks first, so that the room it frees counts; then what grows, by key.
+            func lostBytes(_ conflict: KeyConflict?) -> Int { conflict?.lost.reduce(0) { $0 + $1.size } ?? 0 }
+            let held = state.conflicts
+            var kept = held.values.reduce(0) { $0 + lostBytes($1) }
+            var notKept = [String]()
+            let growth = updated.mapValues { lostBytes($0) }.map { key, after in (key: key, grown: after - lostBytes(held[key])) }
+            for (key, grown) in growth.sorted(by: { ($0.grown, $0.key) < ($1.grown, $1.key) }) {
+                if grown > 0, kept + grown > state.limits.totalBytes {
+                    updated[key] = nil
+                    notKept.append(key)
+                    continue
+                }
+                kept += grown
+            }
+            guard !updated.isEmpty else { return ConflictIntake(opened: [], notKept: notKept) }
             let opened = updated.compactMap { key, conflict in
                 conflict.flatMap { conflict in
                     let known = Set((state.conflicts[key]?.lost ?? []).map(\.stamp))
@@ -98,7 +128,7 @@ extension KeyValueStore {
             }
             try write(&state) { db in try Self.saveConflicts(updated, db) }
             for (key, conflict) in updated { state.conflicts[key] = conflict }
-            return opened.sorted()
+            return ConflictIntake(opened: opened.sorted(), notKept: notKept)
         }
     }
 

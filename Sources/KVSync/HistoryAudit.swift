@@ -81,6 +81,6 @@ extension SyncEngine {
         let conflicts = try store.takeConflicts(from: remoteChanges)
         try record(history.position)
         if !changed.isEmpty { onEvent(SyncEvent(reason: stored == nil ? .initialSync : .serverChange, keys: changed.sorted())) }
-        if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+        report(conflicts)
     }
 }

@@ -52,7 +52,7 @@ extension SyncEngine {
         if let gaps { noteAudited(gaps) }
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
                      keys: Set(lost.map(\.key) + changed).sorted())
-        if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+        report(conflicts)
     }
 
     /// Whether `change` is a removal of a key the remote has no row of, and never accepted: the
@@ -98,7 +98,7 @@ extension SyncEngine {
             try record(position)
             noteIncident("replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed",
                          keys: changed.sorted())
-            if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+            report(conflicts)
         }
     }
 }

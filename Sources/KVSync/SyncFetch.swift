@@ -57,9 +57,19 @@ extension SyncEngine {
             position = fetched
             knownPosition.update { $0 = position }
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
-            if !conflicts.isEmpty { onEvent(Self.conflictEvent(conflicts)) }
+            report(conflicts)
             if batch.complete { break }
             newer.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Tells what taking in conflicts did: a `conflict` event for the keys with a new one, and
+    /// a `refused-remote-change` event for those not kept, past the store's total quota.
+    func report(_ intake: ConflictIntake) {
+        if !intake.opened.isEmpty { onEvent(Self.conflictEvent(intake.opened)) }
+        if !intake.notKept.isEmpty {
+            onEvent(SyncEvent(reason: .refusedRemoteChange, keys: intake.notKept.sorted(),
+                              message: "a conflict the remote gave was not kept: the changes that lost would pass the store's total quota"))
         }
     }
 

@@ -122,27 +122,47 @@ struct StoreConflictTests {
             let alsoLost = KeptChange(value: nil, type: nil, stamp: ChangeStamp(time: 800, counter: 0, device: "tablet"))
             var winner = remote("k", "theirs", time: 1000)
             winner.lost = [lost]
-            #expect(try store.takeConflicts(from: [remote("k", "theirs", time: 1000), winner]) == ["k"])
-            #expect(try store.takeConflicts(from: [winner]).isEmpty, "the same conflict again is not new")
+            #expect(try store.takeConflicts(from: [remote("k", "theirs", time: 1000), winner]).opened == ["k"])
+            #expect(try store.takeConflicts(from: [winner]).opened.isEmpty, "the same conflict again is not new")
             winner.lost = [lost, alsoLost]
-            #expect(try store.takeConflicts(from: [winner]) == ["k"], "another change lost: new")
+            #expect(try store.takeConflicts(from: [winner]).opened == ["k"], "another change lost: new")
             #expect(store.conflict(forKey: "k") == KeyConflict(key: "k", lost: [lost, alsoLost], won: winner.kept))
             #expect(store.conflictCount == 1)
             store = nil  // the store is held alone: closed before it opens again
             store = try makeStore(in: dir)
             #expect(store.conflicts() == [KeyConflict(key: "k", lost: [lost, alsoLost], won: winner.kept)])
             winner.lost = [alsoLost]
-            #expect(try store.takeConflicts(from: [winner]).isEmpty, "one let go: nothing new")
+            #expect(try store.takeConflicts(from: [winner]).opened.isEmpty, "one let go: nothing new")
             #expect(store.conflict(forKey: "k")?.lost == [alsoLost])
-            #expect(try store.takeConflicts(from: [remote("k", "settled", time: 1100)]).isEmpty)
+            #expect(try store.takeConflicts(from: [remote("k", "settled", time: 1100)]).opened.isEmpty)
             #expect(store.conflicts().isEmpty)
             store = nil  // the store is held alone: closed before it opens again
             store = try makeStore(in: dir)
             #expect(store.conflicts().isEmpty)
 
-            #expect(try store.takeConflicts(from: [winner]) == ["k"])
-            #expect(try store.takeConflicts(from: [remote("other", "v", time: 5)], replacingAll: true).isEmpty)
+            #expect(try store.takeConflicts(from: [winner]).opened == ["k"])
+            #expect(try store.takeConflicts(from: [remote("other", "v", time: 5)], replacingAll: true) == ConflictIntake(opened: [], notKept: []))
             #expect(store.conflicts().isEmpty, "following a whole history: a key not in it has none")
+        }
+    }
+
+    @Test("a remote's conflicts are kept up to the store's total quota: past it, one is not kept and is named")
+    func conflictsBounded() throws {
+        try withTemporaryDirectory { dir in
+            let store = try makeStore(in: dir)
+            let big = Data(try PropertyListCodec.encodeXML(.string(String(repeating: "x", count: 400_000))))
+            var given: [StampedChange] = []
+            for index in 0..<3 {
+                var winner = remote("k\(index)", "theirs", time: 1000)
+                winner.lost = [KeptChange(value: big, type: .string, stamp: ChangeStamp(time: 900, counter: 0, device: "made-up-\(index)"))]
+                given.append(winner)
+            }
+            let intake = try store.takeConflicts(from: given)
+            #expect(intake == ConflictIntake(opened: ["k0", "k1"], notKept: ["k2"]), "2 × 400 KB fit in 1 MiB, a third does not")
+            #expect(store.conflictCount == 2 && store.conflict(forKey: "k2") == nil)
+            // Settled, one frees its room: the third is kept when given again.
+            let settled = try store.takeConflicts(from: [remote("k0", "settled", time: 1100), given[2]])
+            #expect(settled == ConflictIntake(opened: ["k2"], notKept: []), "\(settled)")
         }
     }
 
