@@ -7,8 +7,9 @@ package struct CloudStoreState: Sendable {
     package var usage: QuotaUsage
     /// The cursor of the store's newest accepted change.
     package var cursor: Int64
-    /// The bytes of the values the store keeps as changes that lost (its keys' open
-    /// conflicts): at most `limits.totalBytes` (`CloudLedger.checkKeptBytes`).
+    /// The bytes the store keeps for its keys' open conflicts, as stored
+    /// (`KeptChangeList.storedBytes`, counted by the storage's triggers): at most
+    /// `limits.totalBytes` (`CloudLedger.checkKeptBytes`).
     package var keptBytes: Int
 
     package init(limits: QuotaLimits, usage: QuotaUsage, cursor: Int64, keptBytes: Int) {
@@ -110,7 +111,7 @@ package enum CloudLedger {
                         }
                         var given = current
                         given.lost = lost
-                        decision.state.keptBytes = max(0, decision.state.keptBytes + grown)
+                        decision.state.keptBytes += grown
                         decision.state.cursor += 1
                         decision.writes.append(.init(change: given, cursor: decision.state.cursor, isVersion: false))
                         latest[change.key] = given
@@ -154,7 +155,7 @@ package enum CloudLedger {
             if !stored.lost.isEmpty || !(current?.lost.isEmpty ?? true) { notAsPushed = true }
             decision.state.cursor += 1
             decision.state.usage = after
-            decision.state.keptBytes = max(0, decision.state.keptBytes + grown)
+            decision.state.keptBytes += grown
             decision.writes.append(.init(change: stored, cursor: decision.state.cursor, isVersion: true))
             latest[change.key] = stored
             decision.outcome.accepted.append(change)
@@ -201,8 +202,9 @@ extension CloudLedger {
 }
 
 extension [KeptChange] {
-    /// What the changes' values count against the store's allowance for kept conflicts.
-    var keptBytes: Int { reduce(0) { $0 + $1.size } }
+    /// What the changes count against the store's allowance for kept conflicts: the bytes a
+    /// row stores for them.
+    var keptBytes: Int { KeptChangeList.storedBytes(self) }
 }
 
 /// Store ids: the local store's rule.

@@ -222,9 +222,9 @@ extension SQLiteCloudStorage {
                 try row.run(in: db)
             }
             try recordVersions(decision.writes.filter(\.isVersion), after: current, now: now, history: history)
-            try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ?, keptBytes = ? WHERE id = ?")
-                .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys,
-                                     decision.state.keptBytes, store])
+            // keptBytes is the triggers' (migration v6).
+            try db.cachedStatement(sql: "UPDATE cloudStore SET cursor = ?, bytes = ?, keys = ? WHERE id = ?")
+                .execute(arguments: [decision.state.cursor, decision.state.usage.bytes, decision.state.usage.keys, store])
             try evictOldestVersions(history: history)
             if HistoryPolicy.sweepDue(lastSweep: sweptAt, now: now) {
                 // The versions before the removal of each key whose latest change is a removal

@@ -162,28 +162,28 @@ public final class SQLiteCloudStorage: CloudStorage {
             }
         }
         migrator.registerMigration("v6 kept conflicts' bytes") { db in
-            // What each store keeps as changes that lost, counted against its total quota
-            // (CloudLedger.checkKeptBytes): counted here from the rows kept before.
+            // The bytes each store keeps for its keys' open conflicts (the newest change that
+            // lost's value, and the list of the others as stored: KeptChangeList.storedBytes),
+            // kept by triggers whatever writes a row (an older kvsfs sharing the file too): the
+            // bound of CloudLedger.checkKeptBytes is checked against it at every push.
+            let stored = "coalesce(length(%@.lostValue), 0) + coalesce(length(%@.alsoLost), 0)"
+            func bytes(_ row: String) -> String { "(" + stored.replacingOccurrences(of: "%@", with: row) + ")" }
             try db.alter(table: "cloudStore") { t in t.add(column: "keptBytes", .integer).notNull().defaults(to: 0) }
-            var kept: [String: Int] = [:]
-            let rows = try Row.fetchCursor(db, sql: """
-                SELECT store, lostValue, lostType, lostTime, lostCounter, CAST(lostDevice AS BLOB) AS lostDevice, alsoLost
-                FROM cloudChange WHERE lostDevice IS NOT NULL
+            try db.execute(sql: """
+                UPDATE cloudStore SET keptBytes = coalesce((SELECT sum(\(bytes("c"))) FROM cloudChange c WHERE c.store = cloudStore.id), 0);
+                CREATE TRIGGER cloudChangeKeptIn AFTER INSERT ON cloudChange
+                WHEN NEW.lostValue IS NOT NULL OR NEW.alsoLost IS NOT NULL BEGIN
+                    UPDATE cloudStore SET keptBytes = keptBytes + \(bytes("NEW")) WHERE id = NEW.store;
+                END;
+                CREATE TRIGGER cloudChangeKeptOut AFTER DELETE ON cloudChange
+                WHEN OLD.lostValue IS NOT NULL OR OLD.alsoLost IS NOT NULL BEGIN
+                    UPDATE cloudStore SET keptBytes = keptBytes - \(bytes("OLD")) WHERE id = OLD.store;
+                END;
+                CREATE TRIGGER cloudChangeKeptMoved AFTER UPDATE OF lostValue, alsoLost ON cloudChange
+                WHEN NEW.lostValue IS NOT OLD.lostValue OR NEW.alsoLost IS NOT OLD.alsoLost BEGIN
+                    UPDATE cloudStore SET keptBytes = keptBytes + \(bytes("NEW")) - \(bytes("OLD")) WHERE id = NEW.store;
+                END;
                 """)
-            while let row = try rows.next() {
-                let store: String = row["store"]
-                do {
-                    kept[store, default: 0] += try Self.lost(row).keptBytes
-                } catch {
-                    // A conflict that cannot be read counts by its stored bytes.
-                    let lostValue: Data? = row["lostValue"]
-                    let alsoLost: Data? = row["alsoLost"]
-                    kept[store, default: 0] += (lostValue?.count ?? 0) + (alsoLost?.count ?? 0)
-                }
-            }
-            for (store, bytes) in kept {
-                try db.execute(sql: "UPDATE cloudStore SET keptBytes = ? WHERE id = ?", arguments: [bytes, store])
-            }
         }
         migrator.registerMigration("v7 history's bytes") { db in
             // The bytes of the values each store's versions hold, kept by triggers whatever

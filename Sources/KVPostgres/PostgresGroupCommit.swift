@@ -128,11 +128,9 @@ extension PostgresServerStorage {
                            WHERE r.store = f.store AND r.key = f.key AND r.cursor < f.below ORDER BY r.cursor DESC LIMIT 1)) old
                 WHERE v.store = old.store AND v.key = old.key AND v.cursor = old.cursor),
             updated AS (
-                UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys, history_swept_at = u.swept_at,
-                                         kept_bytes = u.kept_bytes
+                UPDATE kvsfs_store s SET cursor = u.cursor, bytes = u.bytes, keys = u.keys, history_swept_at = u.swept_at
                 FROM unnest(\(updated)::text[], \(states.map(\.cursor))::bigint[], \(states.map(\.usage.bytes))::bigint[],
-                            \(states.map(\.usage.keys))::bigint[], \(sweptAt)::bigint[], \(states.map(\.keptBytes))::bigint[])
-                    AS u(id, cursor, bytes, keys, swept_at, kept_bytes)
+                            \(states.map(\.usage.keys))::bigint[], \(sweptAt)::bigint[]) AS u(id, cursor, bytes, keys, swept_at)
                 WHERE s.id = u.id RETURNING s.id)
             SELECT pg_notify(\(Self.channel), \(instance + " ") || id) FROM updated
             """, logger: logger)

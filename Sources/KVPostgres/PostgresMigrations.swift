@@ -147,16 +147,49 @@ enum PostgresSchema {
                 """, logger: logger)
         },
         PostgresMigration(name: "v6 kept conflicts' bytes") { db, logger in
-            // What each store keeps as changes that lost, counted against its total quota
-            // (CloudLedger.checkKeptBytes): counted here by the stored bytes of the conflicts
-            // kept before, which are at least their values'.
+            // The bytes each store keeps for its keys' open conflicts (the newest change that
+            // lost's value, and the list of the others as stored: KeptChangeList.storedBytes),
+            // kept by statement triggers whatever writes a row (an older instance too): the
+            // bound of CloudLedger.checkKeptBytes is checked against it at every push.
+            let bytes = "coalesce(octet_length(lost_value), 0) + coalesce(octet_length(also_lost), 0)"
             for statement in [
                 "ALTER TABLE kvsfs_store ADD COLUMN kept_bytes bigint NOT NULL DEFAULT 0",
                 """
                 UPDATE kvsfs_store s SET kept_bytes = k.bytes FROM (
-                    SELECT store, sum(coalesce(octet_length(lost_value), 0) + coalesce(octet_length(also_lost), 0)) AS bytes
-                    FROM kvsfs_change WHERE lost_device IS NOT NULL GROUP BY store) k
+                    SELECT store, sum(\(bytes)) AS bytes FROM kvsfs_change GROUP BY store) k
                 WHERE s.id = k.store
+                """,
+                """
+                CREATE FUNCTION kvsfs_change_kept_bytes() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF TG_OP = 'INSERT' THEN
+                        UPDATE kvsfs_store s SET kept_bytes = s.kept_bytes + k.bytes
+                        FROM (SELECT store, sum(\(bytes)) AS bytes FROM kvsfs_kept_new GROUP BY store) k WHERE s.id = k.store AND k.bytes <> 0;
+                    ELSIF TG_OP = 'DELETE' THEN
+                        UPDATE kvsfs_store s SET kept_bytes = s.kept_bytes - k.bytes
+                        FROM (SELECT store, sum(\(bytes)) AS bytes FROM kvsfs_kept_old GROUP BY store) k WHERE s.id = k.store AND k.bytes <> 0;
+                    ELSE
+                        UPDATE kvsfs_store s SET kept_bytes = s.kept_bytes + k.bytes
+                        FROM (SELECT store, sum(bytes) AS bytes FROM (
+                                  SELECT store, \(bytes) AS bytes FROM kvsfs_kept_new
+                                  UNION ALL SELECT store, -(\(bytes)) FROM kvsfs_kept_old) d GROUP BY store) k
+                        WHERE s.id = k.store AND k.bytes <> 0;
+                    END IF;
+                    RETURN NULL;
+                END $$
+                """,
+                """
+                CREATE TRIGGER kvsfs_change_kept_in AFTER INSERT ON kvsfs_change REFERENCING NEW TABLE AS kvsfs_kept_new
+                FOR EACH STATEMENT EXECUTE FUNCTION kvsfs_change_kept_bytes()
+                """,
+                """
+                CREATE TRIGGER kvsfs_change_kept_moved AFTER UPDATE ON kvsfs_change
+                REFERENCING OLD TABLE AS kvsfs_kept_old NEW TABLE AS kvsfs_kept_new
+                FOR EACH STATEMENT EXECUTE FUNCTION kvsfs_change_kept_bytes()
+                """,
+                """
+                CREATE TRIGGER kvsfs_change_kept_out AFTER DELETE ON kvsfs_change REFERENCING OLD TABLE AS kvsfs_kept_old
+                FOR EACH STATEMENT EXECUTE FUNCTION kvsfs_change_kept_bytes()
                 """,
             ] {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)

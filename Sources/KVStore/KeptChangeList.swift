@@ -15,6 +15,20 @@ public enum KeptChangeList {
         return try JSONEncoder().encode(Array(lost.dropFirst()))
     }
 
+    /// The bytes a row stores for `lost` (newest first): the newest's value in its own column,
+    /// and the others' list as `encode` writes it. What a remote counts against a store's
+    /// quota for its conflicts, as its triggers count the columns.
+    public static func storedBytes(_ lost: [KeptChange]) -> Int {
+        let newest = lost.first?.size ?? 0
+        do {
+            return newest + (try encode(lost)?.count ?? 0)
+        } catch {
+            // Never thrown for these types; were it, the list counts as its values in base64
+            // with room for their stamps, which is more than it would take.
+            return newest + lost.dropFirst().reduce(0) { $0 + ($1.size / 3 + 1) * 4 + 256 }
+        }
+    }
+
     /// `newest` and the changes the column `earlier` holds, newest first. Read with the stamp
     /// rule and the value rule's pairing of value and type; a column outside them (another
     /// program's) is an error, never a trap.

@@ -90,8 +90,9 @@ extension KeyValueStore {
     /// among `changes` have none (the store now follows the whole of another history).
     ///
     /// What the conflicts keep of changes that lost is bounded by the store's total quota, as
-    /// at the remote: a conflict that would make them pass it is not kept (the key keeps what it
-    /// had), and is named in the intake's `notKept`, for its caller to report.
+    /// at the remote, and each value by its per-value quota: a conflict that would pass either
+    /// is not kept (the key keeps what it had), and is named in the intake's `notKept`, for its
+    /// caller to report.
     @discardableResult
     public func takeConflicts(from changes: [StampedChange], replacingAll: Bool = false) throws(StoreError) -> ConflictIntake {
         var latest = [String: StampedChange]()
@@ -112,7 +113,9 @@ extension KeyValueStore {
             var notKept = [String]()
             let growth = updated.mapValues { lostBytes($0) }.map { key, after in (key: key, grown: after - lostBytes(held[key])) }
             for (key, grown) in growth.sorted(by: { ($0.grown, $0.key) < ($1.grown, $1.key) }) {
-                if grown > 0, kept + grown > state.limits.totalBytes {
+                // A value no write here could make is not kept either.
+                let oversized = (updated[key] ?? nil)?.lost.contains { $0.size > state.limits.valueBytes } ?? false
+                if oversized || (grown > 0 && kept + grown > state.limits.totalBytes) {
                     updated[key] = nil
                     notKept.append(key)
                     continue

@@ -163,6 +163,10 @@ struct StoreConflictTests {
             // Settled, one frees its room: the third is kept when given again.
             let settled = try store.takeConflicts(from: [remote("k0", "settled", time: 1100), given[2]])
             #expect(settled == ConflictIntake(opened: ["k2"], notKept: []), "\(settled)")
+            var oversized = remote("k3", "theirs", time: 1000)
+            oversized.lost = [KeptChange(value: Data(try PropertyListCodec.encodeXML(.string(String(repeating: "y", count: 1_100_000)))),
+                                         type: .string, stamp: ChangeStamp(time: 900, counter: 0, device: "made-up")) ]
+            #expect(try store.takeConflicts(from: [oversized]) == ConflictIntake(opened: [], notKept: ["k3"]), "over the per-value quota")
         }
     }
 
