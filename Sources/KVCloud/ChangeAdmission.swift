@@ -27,15 +27,6 @@ package struct Admission: Sendable {
         }
     }
 
-    /// The names the admitted changes give their devices (`DeviceName`), by device id.
-    package var deviceNames: [String: String] {
-        var names: [String: String] = [:]
-        for change in changes {
-            if let name = change.deviceName { names[change.stamp.device] = name }
-        }
-        return names
-    }
-
     /// The refusals, in order.
     package var refused: [Refusal] {
         entries.compactMap { entry in

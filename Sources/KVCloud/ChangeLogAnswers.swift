@@ -21,6 +21,16 @@ public struct PushOutcome: Sendable, Equatable, Codable {
     /// takes `cursorAfter` as its cursor. Nil when the push stored nothing.
     public var mark: HistoryMark?
 
+    /// The names the accepted changes give their devices (`DeviceName`), by device id: what a
+    /// remote keeps of names. A refused change tells none.
+    public var deviceNames: [String: String] {
+        var names: [String: String] = [:]
+        for change in accepted {
+            if let name = change.deviceName { names[change.stamp.device] = name }
+        }
+        return names
+    }
+
     public init(accepted: [StampedChange] = [], refused: [Refusal] = [], notStored: [StampedChange] = [],
                 cursorBefore: Int64? = nil, cursorAfter: Int64? = nil, mark: HistoryMark? = nil) {
         self.accepted = accepted

@@ -151,6 +151,8 @@ package enum CloudLedger {
             var stored = change
             stored.replaces = nil
             stored.settles = []
+            // The name goes to the device's, not the row's (`PushOutcome.deviceNames`).
+            stored.deviceName = nil
             stored.lost = lost
             if !stored.lost.isEmpty || !(current?.lost.isEmpty ?? true) { notAsPushed = true }
             decision.state.cursor += 1

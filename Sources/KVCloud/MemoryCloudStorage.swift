@@ -96,7 +96,7 @@ public final class MemoryCloudStorage: CloudStorage {
                 rows.versions[change.key] = Array(versions.suffix(rows.history.versions))
             }
             rows.evictOldestVersions()
-            rows.devices.keep(admitted.deviceNames)
+            rows.devices.keep(decision.outcome.deviceNames)
             rows.usage = decision.state.usage
             rows.cursor = decision.state.cursor
             rows.keptBytes = decision.state.keptBytes

@@ -151,8 +151,8 @@ public final class SQLiteCloudStorage: CloudStorage {
                 """)
         }
         migrator.registerMigration("v5 device names") { db in
-            // Per store, the name each device last gave (DeviceName), and when: the least
-            // recently told go past DeviceName.keptPerStore.
+            // Per store, the name each device last gave (DeviceName), and when it was told,
+            // in the store's own sequence: those told longest ago go past DeviceName.keptPerStore.
             try db.create(table: "cloudDevice", options: [.withoutRowID]) { t in
                 t.column("store", .text).notNull()
                 t.column("device", .text).notNull()
@@ -241,8 +241,12 @@ public final class SQLiteCloudStorage: CloudStorage {
         return try run {
             try self.database.write { db in
                 if try Bool.fetchOne(db, sql: "SELECT 1 FROM cloudStore WHERE id = ?", arguments: [store]) ?? false { return true }
-                let held = try Int.fetchOne(db, sql: "SELECT count(*) FROM cloudStore WHERE substr(id, 1, ?) = ?",
-                                            arguments: [prefix.unicodeScalars.count, prefix]) ?? 0
+                // As a range of the primary key (ids compare as bytes): the ids that begin with
+                // `prefix` are those from it up to it with its last byte one greater.
+                var end = Array(prefix.utf8)
+                if let last = end.popLast() { end.append(last &+ 1) }
+                let held = try Int.fetchOne(db, sql: "SELECT count(*) FROM cloudStore WHERE id >= ? AND id < CAST(? AS TEXT)",
+                                            arguments: [prefix, Data(end)]) ?? 0
                 guard held < limit else { return false }
                 _ = try Table(db: db, store: store)
                 return true
@@ -278,22 +282,27 @@ public final class SQLiteCloudStorage: CloudStorage {
         let (current, unreadable) = try table.current(admission.keys)
         let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
         try table.apply(decision, current: current, now: admission.now)
-        try keep(admission.deviceNames, in: store, now: admission.now, db)
+        try keep(decision.outcome.deviceNames, in: store, db)
         return decision.outcome
     }
 
-    /// Keeps the names a push gives its devices. A name kept already as it is writes nothing;
-    /// past `DeviceName.keptPerStore` names in the store, those named or renamed longest ago go.
-    private static func keep(_ names: [String: String], in store: String, now: Int64, _ db: Database) throws {
-        for (device, name) in names {
+    /// Keeps the names a push's accepted changes give their devices. A name kept already as it
+    /// is costs one lookup and writes nothing; a new or changed one is told after every other
+    /// (`told`, the store's own sequence), and past `DeviceName.keptPerStore` names in the store,
+    /// those told longest ago go.
+    private static func keep(_ names: [String: String], in store: String, _ db: Database) throws {
+        for (device, name) in names.sorted(by: { $0.key < $1.key }) {
+            let kept = try String.fetchOne(db.cachedStatement(sql: "SELECT name FROM cloudDevice WHERE store = ? AND device = ?"),
+                                           arguments: [store, device])
+            guard kept != name else { continue }
             try db.cachedStatement(sql: """
-                INSERT INTO cloudDevice (store, device, name, told) VALUES (?, ?, ?, ?)
-                ON CONFLICT (store, device) DO UPDATE SET name = excluded.name, told = excluded.told WHERE name <> excluded.name
-                """).execute(arguments: [store, device, name, now])
-            guard db.changesCount > 0 else { continue }
+                INSERT INTO cloudDevice (store, device, name, told)
+                VALUES (?1, ?2, ?3, (SELECT coalesce(max(told), 0) + 1 FROM cloudDevice WHERE store = ?1))
+                ON CONFLICT (store, device) DO UPDATE SET name = excluded.name, told = excluded.told
+                """).execute(arguments: [store, device, name])
             try db.cachedStatement(sql: """
                 DELETE FROM cloudDevice WHERE store = ?1 AND device IN (
-                    SELECT device FROM cloudDevice WHERE store = ?1 ORDER BY told DESC, device LIMIT -1 OFFSET ?2)
+                    SELECT device FROM cloudDevice WHERE store = ?1 ORDER BY told DESC LIMIT -1 OFFSET ?2)
                 """).execute(arguments: [store, DeviceName.keptPerStore])
         }
     }

@@ -17,33 +17,7 @@ extension PostgresServerStorage {
         var keys = Array(pushedKeys.filter { !$0.utf8.contains(0) })
         if let mark, !mark.key.utf8.contains(0), !pushedKeys.contains(mark.key) { keys.append(mark.key) }
         let push = GroupedPush(store: store, admitted: admitted, pushedKeys: pushedKeys, keys: keys, mark: mark)
-        let outcome = try await pushGroups.submit(push) { [self] group in await commit(group) }
-        try await keep(admitted.deviceNames, in: store, now: admitted.now)
-        return outcome
-    }
-
-    /// Keeps the names a push gives its devices, after the push (the store's row exists). A
-    /// name kept already as it is writes nothing; past `DeviceName.keptPerStore` names in the
-    /// store, those named or renamed longest ago go.
-    private func keep(_ names: [String: String], in store: String, now: Int64) async throws(CloudError) {
-        guard !names.isEmpty else { return }
-        try await run {
-            for (device, name) in names {
-                let rows = try await client.query("""
-                    INSERT INTO kvsfs_device AS d (store, device, name, told) VALUES (\(store), \(device), \(name), \(now))
-                    ON CONFLICT (store, device) DO UPDATE SET name = excluded.name, told = excluded.told
-                    WHERE d.name <> excluded.name
-                    RETURNING device
-                    """, logger: logger)
-                var written = false
-                for try await _ in rows.decode(String.self) { written = true }
-                guard written else { continue }
-                try await client.query("""
-                    DELETE FROM kvsfs_device WHERE store = \(store) AND device IN (
-                        SELECT device FROM kvsfs_device WHERE store = \(store) ORDER BY told DESC, device OFFSET \(DeviceName.keptPerStore))
-                    """, logger: logger)
-            }
-        }
+        return try await pushGroups.submit(push) { [self] group in await commit(group) }
     }
 
     /// The names kept of `devices` in `store`; one outside the rule (written by another

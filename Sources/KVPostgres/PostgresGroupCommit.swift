@@ -82,6 +82,7 @@ extension PostgresServerStorage {
             }
             results.append(.success(decision.outcome))
         }
+        try await keepNames(results, of: group, db)
         guard !changedStores.isEmpty else { return results }
         try await Self.write(versions, db, logger)
         // The histories of written keys trimmed to their stores' policies and, at most once an
@@ -159,6 +160,49 @@ extension PostgresServerStorage {
             WHERE v.store = old.store AND v.key = old.key AND v.cursor = old.cursor
             """, logger: logger)
         return results
+    }
+
+    /// Keeps the names the group's accepted changes give their devices, in its transaction:
+    /// those this instance knows kept as they are cost nothing; the others are written in one
+    /// statement, each told after every other name of its store (`told`, the store's own
+    /// sequence), and past `DeviceName.keptPerStore` names in a store, those told longest ago go.
+    private func keepNames(_ results: [Result<PushOutcome, CloudError>], of group: [GroupedPush], _ db: PostgresConnection) async throws {
+        var named = [DeviceNameKey: String]()
+        for (push, result) in zip(group, results) {
+            guard case .success(let outcome) = result else { continue }
+            for (device, name) in outcome.deviceNames { named[DeviceNameKey(store: push.store, device: device)] = name }
+        }
+        let known = toldNames.withLock { $0 }
+        let unknown = named.filter { known[$0.key] != $0.value }.sorted { ($0.key.store, $0.key.device) < ($1.key.store, $1.key.device) }
+        guard !unknown.isEmpty else { return }
+        let stores = unknown.map(\.key.store), devices = unknown.map(\.key.device), names = unknown.map(\.value)
+        let rows = try await db.query("""
+            WITH given AS (
+                SELECT n.store, n.device, n.name, row_number() OVER (PARTITION BY n.store ORDER BY n.device) AS rank
+                FROM unnest(\(stores)::text[], \(devices)::text[], \(names)::text[]) AS n(store, device, name)
+                WHERE NOT EXISTS (SELECT 1 FROM kvsfs_device d WHERE d.store = n.store AND d.device = n.device AND d.name = n.name))
+            INSERT INTO kvsfs_device AS d (store, device, name, told)
+            SELECT g.store, g.device, g.name, coalesce((SELECT max(x.told) FROM kvsfs_device x WHERE x.store = g.store), 0) + g.rank
+            FROM given g
+            ON CONFLICT (store, device) DO UPDATE SET name = excluded.name, told = excluded.told
+            RETURNING d.store, xmax = 0
+            """, logger: logger)
+        var grown = Set<String>()
+        for try await (store, inserted) in rows.decode((String, Bool).self) where inserted { grown.insert(store) }
+        if !grown.isEmpty {
+            try await db.query("""
+                DELETE FROM kvsfs_device v USING (
+                    SELECT store, device FROM (
+                        SELECT store, device, row_number() OVER (PARTITION BY store ORDER BY told DESC) AS newer
+                        FROM kvsfs_device WHERE store = ANY(\(Array(grown)))) ranked
+                    WHERE newer > \(DeviceName.keptPerStore)) old
+                WHERE v.store = old.store AND v.device = old.device
+                """, logger: logger)
+        }
+        toldNames.withLock { told in
+            if told.count > DeviceName.keptPerStore * 64 { told.removeAll() }
+            for (key, name) in unknown { told[key] = name }
+        }
     }
 
     /// A row of `kvsfs_change` by its primary key.

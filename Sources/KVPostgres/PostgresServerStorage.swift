@@ -35,6 +35,10 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     let pushGroups = PushGroups()
     /// Stores whose row this instance has seen made (`createStores`).
     let knownStores = Mutex(Set<String>())
+    /// Device names this instance kept, or found kept, by store and device (`keepNames`): a push
+    /// naming its device as kept costs no statement. At most `DeviceName.keptPerStore` times
+    /// 64 entries; past that it starts again.
+    let toldNames = Mutex([DeviceNameKey: String]())
 
     /// How many transactions pushes took, and how many pushes they held, since the storage
     /// opened: pushes per transaction is what group commit saves.
@@ -279,4 +283,10 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         }
         return "\(place) failed (\(error.code))"
     }
+}
+
+/// A device of a store, as `PostgresServerStorage.toldNames` knows its name.
+struct DeviceNameKey: Hashable {
+    let store: String
+    let device: String
 }

@@ -5,8 +5,9 @@ import Foundation
 /// only told.
 ///
 /// The rule every door applies (the mount to its option, the server and the file remote to a
-/// push, a mount to what it fetches): 1 to 64 bytes of UTF-8 with no control characters and
-/// no leading or trailing space. A name outside the rule is refused with why where a person
+/// push, a mount to what it fetches): 1 to 64 bytes of UTF-8 with no control, format (such as
+/// the bidirectional overrides), separator, private-use or unassigned characters, none of
+/// `(`, `)` and `;`, and no leading or trailing space. A name outside the rule is refused with why where a person
 /// gave it, and is not kept where it came from elsewhere.
 public enum DeviceName {
     public static let maximumBytes = 64
@@ -21,13 +22,27 @@ public enum DeviceName {
         guard bytes >= 1, bytes <= maximumBytes else {
             throw .invalidDeviceName("it is \(bytes) bytes (1 to \(maximumBytes) allowed)")
         }
-        if let control = name.unicodeScalars.first(where: { $0.properties.generalCategory == .control }) {
-            throw .invalidDeviceName("it holds the control character U+\(String(format: "%04X", control.value))")
+        for scalar in name.unicodeScalars {
+            let code = "U+" + String(format: "%04X", scalar.value)
+            switch scalar.properties.generalCategory {
+            case .control:
+                throw .invalidDeviceName("it holds the control character \(code)")
+            case .format, .lineSeparator, .paragraphSeparator, .privateUse, .surrogate, .unassigned:
+                throw .invalidDeviceName("it holds \(code), an invisible, separating, private or unassigned character")
+            default:
+                if Self.delimiters.contains(scalar) {
+                    throw .invalidDeviceName("it holds '\(scalar)', which the views use around and between devices")
+                }
+            }
         }
         if name.first?.isWhitespace == true || name.last?.isWhitespace == true {
             throw .invalidDeviceName("it starts or ends with a space")
         }
     }
+
+    /// What `ID (NAME)` and the conflict xattr's `; ` use: a name holding them could forge a
+    /// view's parts.
+    static let delimiters: Set<Unicode.Scalar> = ["(", ")", ";"]
 
     public static func isValid(_ name: String) -> Bool {
         do {

@@ -29,22 +29,23 @@ extension KeyValueStore {
     static let deviceNameSetting = "device.name"
 
     /// Keeps the names a remote told of its devices (`told`, by device id); one outside the
-    /// rule is not kept, nor is one kept already. Past `DeviceName.keptPerStore` names, those
-    /// named or renamed longest ago go.
+    /// rule is not kept, and one kept already as it is writes nothing. A new or changed one is
+    /// told after every other (`told`, a sequence); past `DeviceName.keptPerStore` names, those
+    /// told longest ago go.
     public func keepDeviceNames(_ told: [String: String]) throws(StoreError) {
         let named = told.filter { $0.key != deviceID && DeviceName.isValid($0.value) }
-        guard !named.isEmpty, try deviceNames(of: named.keys) != named else { return }
-        let now = milliseconds(clock())
+        let known = try deviceNames(of: named.keys)
+        let changed = named.filter { known[$0.key] != $0.value }
+        guard !changed.isEmpty else { return }
         try state.withLock { (state: inout State) throws(StoreError) in
             try write(&state) { db in
-                for (device, name) in named {
+                for (device, name) in changed.sorted(by: { $0.key < $1.key }) {
                     try db.cachedStatement(sql: """
-                        INSERT INTO deviceName (device, name, told) VALUES (?, ?, ?)
-                        ON CONFLICT (device) DO UPDATE SET name = excluded.name, told = excluded.told WHERE name <> excluded.name
-                        """).execute(arguments: [device, name, now])
-                    guard db.changesCount > 0 else { continue }
+                        INSERT INTO deviceName (device, name, told) VALUES (?1, ?2, (SELECT coalesce(max(told), 0) + 1 FROM deviceName))
+                        ON CONFLICT (device) DO UPDATE SET name = excluded.name, told = excluded.told
+                        """).execute(arguments: [device, name])
                     try db.cachedStatement(sql: """
-                        DELETE FROM deviceName WHERE device IN (SELECT device FROM deviceName ORDER BY told DESC, device LIMIT -1 OFFSET ?)
+                        DELETE FROM deviceName WHERE device IN (SELECT device FROM deviceName ORDER BY told DESC LIMIT -1 OFFSET ?)
                         """).execute(arguments: [DeviceName.keptPerStore])
                 }
             }

@@ -142,8 +142,8 @@ enum StoreSchema {
             try db.alter(table: "conflict") { t in t.add(column: "alsoLost", .blob) }
         }
         migrator.registerMigration("v7 device names") { db in
-            // The names of other devices, as the remote gives them (DeviceName), and when they
-            // were last told: the least recently told go past DeviceName.keptPerStore.
+            // The names of other devices, as the remote gives them (DeviceName), and when each
+            // was told, in sequence: those told longest ago go past DeviceName.keptPerStore.
             try db.create(table: "deviceName", options: [.withoutRowID]) { t in
                 t.primaryKey("device", .text)
                 t.column("name", .text).notNull()

@@ -112,10 +112,13 @@ enum ConflictList {
     static func fetchNamed(from mountpoint: String) throws -> (conflicts: [KeyConflict], names: [String: String]) {
         let answer = try ControlClient.send(ControlRequest(command: .conflicts), to: mountpoint)
         let listing: ConflictListing
-        do {
-            listing = try JSONDecoder().decode(ConflictListing.self, from: Data(answer))
-        } catch {
-            throw CommandFailure("the mount at \(mountpoint) answered with something other than a list of conflicts: \(error)")
+        if let named = try? JSONDecoder().decode(ConflictListing.self, from: Data(answer)) {
+            listing = named
+        } else if let unnamed = try? JSONDecoder().decode([KeyConflict].self, from: Data(answer)) {
+            // A daemon started before device names answers the list alone.
+            listing = ConflictListing(conflicts: unnamed, devices: [:])
+        } else {
+            throw CommandFailure("the mount at \(mountpoint) answered with something other than a list of conflicts")
         }
         let conflicts = listing.conflicts
         for conflict in conflicts {

@@ -34,6 +34,19 @@ extension ChangeLogConformanceTests {
             #expect(outcome.accepted.isEmpty && outcome.refused.map(\.reason)
                     == ["invalid device name: it holds the control character U+001B"], "\(outcome)")
             #expect(try await log.changes(in: store, after: 0, limit: 100).changes.isEmpty)
+            for (name, reason) in [("x) string 5; won (y", "it holds ')', which the views use around and between devices"),
+                                   ("abc\u{202E}def", "it holds U+202E, an invisible, separating, private or unassigned character"),
+                                   ("two\u{2028}lines", "it holds U+2028, an invisible, separating, private or unassigned character")] {
+                var forged = change("k", "one", device: "dev-a")
+                forged.deviceName = name
+                #expect(try await log.push([forged], to: store).refused.map(\.reason) == ["invalid device name: " + reason], "\(name.debugDescription)")
+            }
+            // A change refused for another reason tells no name either.
+            var future = change("k", "one", time: Self.now + 3_600_000, device: "dev-future")
+            future.deviceName = "from the future"
+            #expect(try await log.push([future], to: store).refused.count == 1)
+            _ = try await log.push([change("other", "x", device: "dev-future")], to: store)
+            #expect(try await log.changes(in: store, after: 0, limit: 100).devices.isEmpty, "dev-future was never named")
         }
     }
 
