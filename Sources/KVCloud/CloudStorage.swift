@@ -21,9 +21,16 @@ public protocol CloudStorage: Sendable {
     /// Sets the parts of `store`'s policy that `change` names, in one transaction; returns the
     /// policy then held.
     func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy
+    /// Whether what the storage opened is no longer where it was opened from.
+    var replaced: Bool { get }
 }
 
 extension CloudStorage {
+    /// Whether what this storage opened is no longer where it was opened from (a file moved
+    /// away, or another put in its place): its opener opens it again. Never, unless a storage
+    /// says otherwise.
+    public var replaced: Bool { false }
+
     /// A push with no history mark to check.
     public func push(_ changes: [StampedChange], to store: String) throws(CloudError) -> PushOutcome {
         try push(changes, to: store, mark: nil)

@@ -4,8 +4,9 @@ import Synchronization
 
 /// A `ChangeLog` whose data lives in a `CloudStorage` this process opens itself: the embedded
 /// file remote (`SQLiteCloudStorage`, shared by every process that opens the same file) or the
-/// in-memory one for tests. The storage is opened on first use and again after a failure, so
-/// a storage that cannot be opened now is retried rather than fatal. Its calls block on the
+/// in-memory one for tests. The storage is opened on first use, again after a failure, so
+/// a storage that cannot be opened now is retried rather than fatal, and again when what it
+/// opened was replaced (`CloudStorage.replaced`). Its calls block on the
 /// disk: they run on `threads` when given (a server's, whose request tasks share as few
 /// threads as there are cores), else on the caller's (a mount, whose sync engine is the only
 /// user of its cooperative threads, and which would pay a thread hop and the threads' memory
@@ -116,7 +117,8 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
         let call: @Sendable () throws(CloudError) -> T = { () throws(CloudError) -> T in
             do throws(CloudError) {
                 let opened = try self.storage.withLock { (current: inout (any CloudStorage)?) throws(CloudError) -> any CloudStorage in
-                    if let current { return current }
+                    // One stat a call: a file remote replaced is noticed at the next round.
+                    if let current, !current.replaced { return current }
                     let made = try self.open()
                     current = made
                     return made

@@ -12,12 +12,17 @@ import KVStore
 public final class SQLiteCloudStorage: CloudStorage {
     private let database: DatabasePool
     private let admission: AdmissionPolicy
+    private let path: String
+    /// The device and inode of the file opened: another file at `path` is another remote.
+    private let file: (device: UInt64, inode: UInt64)
 
     /// Opens (creating if needed) the database at `path`, with at most `readers` connections
     /// reading at once (a mount needs few; a server's requests read in parallel). Pushes are
     /// admitted by `admission` (the stamp rule and its clock).
     public init(path: String, readers: Int = 2, admission: AdmissionPolicy = .standard) throws(CloudError) {
         self.admission = admission
+        self.path = path
+        var opened = (device: UInt64(0), inode: UInt64(0))
         do {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
@@ -29,9 +34,28 @@ public final class SQLiteCloudStorage: CloudStorage {
             OwnerOnlyFile.create(path)
             database = try DatabasePool(path: path, configuration: configuration)
             try Self.migrator.migrate(database)
+            // Read once the file is open: a file put at `path` later is not this one.
+            guard let found = Self.fileID(path) else { throw CloudError.unavailable("\(path) went away as it was opened") }
+            opened = found
+        } catch let error as CloudError {
+            throw error
         } catch {
             throw .unavailable("\(path): \(error)")
         }
+        file = opened
+    }
+
+    /// The file at `path` is not the one opened, or there is none: a remote replaced (restored
+    /// by a move, a disk mounted again) is a new remote, whose identity the mount then checks.
+    public var replaced: Bool {
+        guard let now = Self.fileID(path) else { return true }
+        return now != file
+    }
+
+    private static func fileID(_ path: String) -> (device: UInt64, inode: UInt64)? {
+        var found = stat()
+        guard stat(path, &found) == 0 else { return nil }
+        return (UInt64(found.st_dev), UInt64(found.st_ino))
     }
 
     static var migrator: DatabaseMigrator {

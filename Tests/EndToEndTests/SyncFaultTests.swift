@@ -74,6 +74,35 @@ struct SyncFaultTests {
         #expect(other.standardOutput == "15\np5\n", "\(other)")
     }
 
+    @Test("a file remote replaced by another file while two mounts run is noticed at their next kvsfs sync, and gets every value back")
+    func replacedRemote() throws {
+        let dir = TemporaryDirectory("kvsfs-faults")
+        defer { dir.remove() }
+        let remoteDirectory = dir.subdirectory("remote")
+        let remote = ["--remote", "file://\(remoteDirectory)/cloud.sqlite"]
+        let a = try DaemonMount(mountpoint: dir.subdirectory("a"), dataDirectory: dir.subdirectory("data-a"), extraArguments: remote)
+        defer { a.stop() }
+        let b = try DaemonMount(mountpoint: dir.subdirectory("b"), dataDirectory: dir.subdirectory("data-b"), extraArguments: remote)
+        defer { b.stop() }
+        // A restore by mv: the database and its log moved away whole, a fresh file put in place.
+        let result = try shell("""
+            for i in $(seq 10); do echo "a$i" > \(a.path("a"))$i; echo "b$i" > \(b.path("b"))$i; done
+            \(kvsfsBinary) sync \(a.mountpoint) && \(kvsfsBinary) sync \(b.mountpoint) && \(kvsfsBinary) sync \(a.mountpoint) || exit 9
+            mkdir \(dir.path)/moved && mv \(remoteDirectory)/cloud.sqlite* \(dir.path)/moved/
+            : > \(remoteDirectory)/cloud.sqlite && chmod 600 \(remoteDirectory)/cloud.sqlite
+            \(kvsfsBinary) sync \(a.mountpoint); echo "sync a=$?"
+            \(kvsfsBinary) sync \(b.mountpoint); echo "sync b=$?"
+            timeout 1 \(kvsfsBinary) events --all \(a.mountpoint) | grep -o '"reason":"remote-reset"' | sort -u
+            """, timeout: 60)
+        #expect(result.standardOutput.contains("sync a=0\nsync b=0\n"), "\(result)")
+        #expect(result.standardOutput.contains(#""reason":"remote-reset""#), "the mount says so: \(result)")
+        // A third mount of the new remote gets every value from it.
+        let c = try DaemonMount(mountpoint: dir.subdirectory("c"), dataDirectory: dir.subdirectory("data-c"), extraArguments: remote)
+        defer { c.stop() }
+        let held = try shell("\(kvsfsBinary) sync \(c.mountpoint) && ls \(c.mountpoint) | wc -l")
+        #expect(held.standardOutput == "20\n", "the new remote gets every value: \(held)")
+    }
+
     @Test("kvsfs sync --replace-with-remote makes the mount hold the remote's values and says so in the event stream and user.kvsfs.sync")
     func replaceWithRemote() throws {
         let dir = TemporaryDirectory("kvsfs-faults")
