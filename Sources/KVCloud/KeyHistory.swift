@@ -40,11 +40,11 @@ public struct KeyVersion: Sendable, Equatable, Codable {
 }
 
 extension [KeyVersion] {
-    /// The versions, each with the name `names` gives its device (by id), if any.
+    /// The versions, each with the name `names` gives its device (by id), if it has none yet.
     public func named(by names: [String: String]) -> [KeyVersion] {
         map { version in
             var named = version
-            named.deviceName = names[version.stamp.device]
+            named.deviceName = version.deviceName ?? names[version.stamp.device]
             return named
         }
     }

@@ -6,12 +6,15 @@ import KVWire
 /// Any bytes, as what a client sends the sync server: the first byte picks a push body, a query
 /// string or an `Authorization` header, the rest is it.
 ///
-/// A push body is also read as a stored list of changes that lost (`KeptChangeList`).
+/// A push body is also read as a stored list of changes that lost (`KeptChangeList`), and as
+/// a fetch's answer (`ChangesResponse`), whose device names a mount takes only for the devices
+/// the answer names.
 ///
 /// Invariants: nothing traps; a stored list read keeps the list's rule; a push that is read re-encodes (as a client sends it) to bodies
 /// that read back as the same changes (what each replaces, and what lost to it, included),
 /// and the change rule (`ChangeAdmission`) admits or refuses each of them, admitted ones with
-/// NFC keys and canonical values, theirs and those of what lost to them; a query's values (a
+/// NFC keys and canonical values, theirs and those of what lost to them, and device names
+/// within their rule (`DeviceName`); a query's values (a
 /// history mark and a history request's key and version included) are within their ranges and read back from the query a client writes
 /// for them; a bearer token read is one a header carries back.
 enum RequestFuzzing {
@@ -27,6 +30,7 @@ enum RequestFuzzing {
 
     private static func push(_ body: [UInt8]) {
         keptChanges(body)
+        fetchAnswer(body)
         guard let push = try? decodePush(body) else { return }
         let bodies: [[UInt8]]
         do {
@@ -47,11 +51,21 @@ enum RequestFuzzing {
         guard admission.entries.count == push.changes.count else { fatalError("admission lost or added changes") }
         for change in admission.changes {
             guard KeyName.isCanonical(change.key) else { fatalError("admitted a key not in NFC: \(change.key.debugDescription)") }
+            if let name = change.deviceName, !DeviceName.isValid(name) { fatalError("admitted a device name outside its rule: \(name.debugDescription)") }
             let whole = PropertyListDecodingLimits(maxBytes: ChangeAdmission.largestValue)
             for value in ([change.value] + change.lost.map(\.value)).compactMap({ $0 })
             where (try? PropertyListCodec.decode(value, limits: whole)).flatMap({ try? PropertyListCodec.encodeXML($0) }) == nil {
                 fatalError("admitted a value (or the value of a change that lost to it) that does not read back: \(change.key)")
             }
+        }
+    }
+
+    /// The same bytes as a fetch's answer: the names a mount would take are of devices the
+    /// answer names.
+    private static func fetchAnswer(_ body: [UInt8]) {
+        guard let batch = try? JSONDecoder().decode(ChangesResponse.self, from: Data(body)) else { return }
+        guard Set(batch.namedDevices.keys).isSubset(of: batch.deviceIDs) else {
+            fatalError("names taken for devices the answer does not name: \(batch.namedDevices)")
         }
     }
 

@@ -181,12 +181,7 @@ final class ControlSocket: @unchecked Sendable {
             // A device the remote keeps no name of may be known here: this one's own, or one a
             // fetch named.
             let known = try fileSystem.store.deviceNames(of: versions.filter { $0.deviceName == nil }.map(\.stamp.device))
-            let named = versions.map { version in
-                var named = version
-                if named.deviceName == nil { named.deviceName = known[version.stamp.device] }
-                return named
-            }
-            return Array(try JSONEncoder().encode(named))
+            return Array(try JSONEncoder().encode(versions.named(by: known)))
         case .version:
             let key = try requestedKey(request)
             guard let version = request.version, version > 0 else { throw CommandFailure("the request names no version") }
