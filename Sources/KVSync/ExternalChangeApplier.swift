@@ -22,19 +22,21 @@ public struct StoreApplier: ExternalChangeApplying {
 }
 
 /// Takes a batch of remote changes into the store as one transaction, then shows each change
-/// through the mount's own path, from a thread of its own, so that the kernel raises
-/// IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and IN_DELETE for them as for any writer. A crash
-/// leaves all of a batch in the store or none of it; a reader of the mount may see some keys
-/// of the batch with their new values before the others' files are shown.
+/// through the mount's own path, from a process of its own (`ApplierProcess`), so that the
+/// kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and IN_DELETE for them as for any
+/// writer. A crash leaves all of a batch in the store or none of it; a reader of the mount may
+/// see some keys of the batch with their new values before the others' files are shown.
 ///
 /// While a change's file is written, `changeBeingApplied(byThread:)` names it for the
-/// requests of that thread (FUSE gives each request the kernel id of the calling thread): the
-/// file system takes that write as the remote change itself, which the store already holds,
-/// and skips the local quota checks. The change is named with the merge rule, so that taking
-/// it in again changes nothing, and with whether its key is new, so that the file is created.
+/// requests of the applier's process (FUSE gives each request the kernel id of the calling
+/// thread, which for that single-threaded process is its pid): the file system takes that
+/// write as the remote change itself, which the store already holds, and skips the local
+/// quota checks. The change is named with the merge rule, so that taking it in again changes
+/// nothing, and with whether its key is new, so that the file is created.
 ///
-/// Invariant: one thread applies, one change at a time, so a thread id and the change in
-/// flight are all it takes to recognise the applier's requests.
+/// Invariant: one thread of the daemon applies, one change at a time, through one process,
+/// so a process id and the change in flight are all it takes to recognise the applier's
+/// requests. No thread of the daemon ever waits on its own mount.
 ///
 /// A change the mount cannot show as a file operation (a key hidden by an editor's save in
 /// progress, say) is in the store all the same, without an inotify event.
@@ -42,21 +44,22 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
     private let mountpoint: String
     private let fileName: @Sendable (String) -> String
     private let store: KeyValueStore
+    private let command: ApplierProcess.Command
     private let jobs = JobQueue()
     private let applying = ChangeInFlight()
-    /// The mount's root while a batch is applied (-1 otherwise). Files are reached relative to
-    /// it; it is not held between batches, which would make `fusermount3 -u` fail with EBUSY.
-    private var root: Int32 = -1
+    /// The process that writes through the mount, started at the first batch and again after
+    /// it ended; used from the applying thread only.
+    private var process: ApplierProcess?
 
-    /// `fileName` maps a key to its file name in the mount.
-    public init(mountpoint: String, fileName: @escaping @Sendable (String) -> String, store: KeyValueStore) {
+    /// `fileName` maps a key to its file name in the mount; the process that shows changes is
+    /// `executable` run with `arguments`, the mountpoint appended (`ApplierProcess.serve`).
+    public init(mountpoint: String, fileName: @escaping @Sendable (String) -> String, store: KeyValueStore,
+                executable: String = "/proc/self/exe", arguments: [String] = [ApplierProcess.commandName]) {
         self.mountpoint = mountpoint
         self.fileName = fileName
         self.store = store
-        let thread = Thread { [jobs, applying] in
-            applying.startedOn(thread: currentThreadID())
-            jobs.serve()
-        }
+        self.command = ApplierProcess.Command(executable: executable, arguments: arguments)
+        let thread = Thread { [jobs] in jobs.serve() }
         thread.name = "kvsfs-applier"
         thread.start()
     }
@@ -74,22 +77,28 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
         }
     }
 
+    /// Ends the applier's process; a later batch starts another.
+    public func stop() {
+        jobs.enqueue { [self] in
+            process?.stop()
+            process = nil
+        }
+    }
+
     /// Takes `changes` into the store in one transaction, then shows each key whose value
     /// changed through the mount. A store failure is thrown before anything is shown.
     private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) throws -> [String] {
         let taken = mode == .merge ? changes.filter(store.accepts) : changes
         guard !taken.isEmpty else { return [] }
-        // Opened first: opening lists the directory, which gives the keys in the store nodes.
-        root = openMountRoot()
-        defer {
-            if root >= 0 { close(root) }
-            root = -1
-        }
+        // The root is opened first: opening lists the directory, which gives the keys in the
+        // store nodes.
+        let shown = perform(.begin) == 0
+        defer { if shown { _ = perform(.end) } }
         var before = [String: [UInt8]?]()
         for change in taken where before[change.key] == nil { before[change.key] = .some(store.entry(forKey: change.key)?.xml) }
         try store.applyExternal(taken, mode: mode)
         let changed = before.filter { key, old in store.entry(forKey: key)?.xml != old }.map(\.key)
-        guard root >= 0 else { return changed }
+        guard shown else { return changed }
         var takenStamps = [String: Swift.Set<ChangeStamp>]()
         for change in taken { takenStamps[change.key, default: []].insert(change.stamp) }
         for key in changed.sorted() {
@@ -97,50 +106,47 @@ public final class MountApplier: ExternalChangeApplying, @unchecked Sendable {
             // write came since, which the mount has shown already.
             guard let change = store.allChanges(forKey: key), takenStamps[key]?.contains(change.stamp) == true else { continue }
             let keyIsNew = before[key] == .some(nil)
-            applying.begin(change, mode: .merge, keyIsNew: keyIsNew)
             let name = fileName(key)
             if let value = change.value {
-                writeFile(name, Array(value))
+                show(change, keyIsNew: keyIsNew, by: .write(name: name, bytes: Array(value)))
             } else if !keyIsNew {
-                unlinkat(root, name, 0)
+                show(change, keyIsNew: keyIsNew, by: .unlink(name: name))
             }
-            applying.end()
         }
         return changed
     }
 
-    /// Opens the mount's root, or returns -1 when `mountpoint` is no longer a mount's root
-    /// (after an unmount): nothing is ever written to the directory underneath.
-    private func openMountRoot() -> Int32 {
-        let descriptor = open(mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return -1 }
-        var info = stat()
-        var parent = stat()
-        // A FUSE mount's root is inode 1, on another device than the directory above it.
-        guard fstat(descriptor, &info) == 0, info.st_ino == 1,
-              fstatat(descriptor, "..", &parent, 0) == 0, parent.st_dev != info.st_dev else {
-            close(descriptor)
-            return -1
+    /// Has the process take `step` while `change` is named as the one in flight.
+    private func show(_ change: StampedChange, keyIsNew: Bool, by step: ApplierProcess.Step) {
+        guard let process else { return }
+        applying.begin(change, mode: .merge, keyIsNew: keyIsNew, process: process.pid)
+        defer { applying.end() }
+        do {
+            _ = try process.perform(step)
+        } catch {
+            // Gone mid-batch: the rest of the batch is in the store without its events.
+            process.stop()
+            self.process = nil
         }
-        return descriptor
     }
 
-    private func writeFile(_ name: String, _ bytes: [UInt8]) {
-        let descriptor = openat(root, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { return }
-        var written = 0
-        bytes.withUnsafeBytes { buffer in
-            while written < buffer.count {
-                let count = write(descriptor, buffer.baseAddress! + written, buffer.count - written)
-                if count <= 0 { break }
-                written += count
+    /// Has the process take `step`, starting one if there is none; its errno, or ENOENT when
+    /// no process could take it.
+    private func perform(_ step: ApplierProcess.Step) -> Int32 {
+        for _ in 0..<2 {
+            do {
+                if process == nil { process = try ApplierProcess.spawn(command, mountpoint: mountpoint) }
+                return try process!.perform(step)
+            } catch {
+                process?.stop()
+                process = nil
             }
         }
-        close(descriptor)
+        return ENOENT
     }
 }
 
-/// The applying thread's kernel id (0 until it has started), and the change it is writing.
+/// The change the applier's process is writing, and that process's id.
 private final class ChangeInFlight: Sendable {
     private struct InFlight {
         var thread: Int32 = 0
@@ -151,12 +157,9 @@ private final class ChangeInFlight: Sendable {
 
     private let state = Mutex(InFlight())
 
-    func startedOn(thread: Int32) {
-        state.withLock { $0.thread = thread }
-    }
-
-    func begin(_ change: StampedChange, mode: ExternalApplyMode, keyIsNew: Bool) {
+    func begin(_ change: StampedChange, mode: ExternalApplyMode, keyIsNew: Bool, process: pid_t) {
         state.withLock {
+            $0.thread = process
             $0.change = change
             $0.mode = mode
             $0.keyIsNew = keyIsNew
@@ -196,14 +199,4 @@ private final class JobQueue: @unchecked Sendable {
             job()
         }
     }
-}
-
-/// The kernel's id of the calling thread (what FUSE reports as a request's pid), read from
-/// /proc/thread-self, which links to "PID/task/TID".
-func currentThreadID() -> Int32 {
-    var buffer = [CChar](repeating: 0, count: 64)
-    let length = readlink("/proc/thread-self", &buffer, buffer.count - 1)
-    guard length > 0 else { return getpid() }
-    let link = String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    return link.split(separator: "/").last.flatMap { Int32($0) } ?? getpid()
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import KVSync
 
 /// The root command. Synchronous on purpose: `mount` runs the FUSE loop on the main thread,
 /// where libfuse's SIGINT/SIGTERM handler can interrupt it (an async root would leave the
@@ -18,6 +19,10 @@ struct KVSFSCommand: ParsableCommand {
     /// through its table before parsing.
     static func main() {
         let arguments = Array(CommandLine.arguments.dropFirst())
+        // The mount's own child that shows remote changes through it, started by the daemon.
+        if arguments.count == 2, arguments[0] == ApplierProcess.commandName {
+            ApplierProcess.serve(mountpoint: arguments[1])
+        }
         if arguments.first == Mount._commandName {
             do {
                 main([arguments[0]] + (try MountOptions.expanding(Array(arguments.dropFirst()))))

@@ -102,6 +102,7 @@ final class MountSync: MountSynchronizer {
     /// times out after 30 s) is left to end with the process.
     func stop() {
         _ = waitFor({ [engine] in await engine.stopAndWait() }, timeout: .seconds(5))
+        applier.stop()
     }
 
     func remoteWrite(in context: RequestContext) -> RemoteWrite? {

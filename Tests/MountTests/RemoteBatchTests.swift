@@ -38,7 +38,7 @@ struct RemoteBatchTests {
         try store.put(.string("old"), forKey: "old")
         let mountpoint = directory.subdirectory("mnt")
         let door = ApplierDoor()
-        door.applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
+        door.applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store, executable: kvsfsBinary)
         let mount = try InProcessMount(store: store, mountpoint: mountpoint, sync: door)
         defer { mount.unmount() }
         #expect(try String(contentsOfFile: mount.path("kept"), encoding: .utf8).contains("kept"), "the kernel knows kept")
