@@ -43,6 +43,33 @@ public final class StoreLock: Sendable {
         descriptor = fd
     }
 
+    /// Writes `note` as the lock file's whole content: who holds the lock, for the next
+    /// process that finds it held (`StoreLock.note(at:)`).
+    public func write(note: String) throws(StoreError) {
+        let bytes = Array(note.utf8)
+        guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, bytes, bytes.count, 0) == bytes.count else {
+            throw .database("cannot write the store's lock file: \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// What the holder of the lock at `location` wrote (at most 256 bytes), or nil.
+    public static func note(at location: StoreLocation) -> String? {
+        let fd = open(location.lockPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 256)
+        let count = read(fd, &bytes, bytes.count)
+        guard count > 0 else { return nil }
+        return String(decoding: bytes[..<count], as: UTF8.self)
+    }
+
+    /// The inode of the lock file at `location`, by which /proc/locks names it.
+    public static func inode(at location: StoreLocation) -> UInt64? {
+        var info = stat()
+        guard stat(location.lockPath, &info) == 0 else { return nil }
+        return UInt64(info.st_ino)
+    }
+
     deinit {
         flock(descriptor, LOCK_UN)
         close(descriptor)

@@ -110,7 +110,7 @@ struct Mount: ParsableCommand {
 
     private func mountAndServe() throws {
         let path = URL(fileURLWithPath: mountpoint).standardizedFileURL.path
-        try MountpointCheck.check(path)
+        let logger = Logger(label: "kvsfs")
         // SQLite frees a few tens of KiB per commit; glibc's default trim threshold hands that back to
         // the kernel (madvise) on worker-thread arenas and faults it in again on the next request.
         SystemCalls.keepFreedMemory()
@@ -127,14 +127,11 @@ struct Mount: ParsableCommand {
         let location = try StoreLocation(dataDirectory: dataDirectory, storeID: store.storeID)
         // Read before the store is opened: a token file that is refused changes nothing.
         let serverToken = try self.remote.map { RemoteLocation.isServer($0) } == true ? token() : nil
-        let lock: StoreLock
-        do {
-            lock = try StoreLock(location: location)
-        } catch {
-            throw CommandFailure("store '\(store.storeID)' in \(dataDirectory.path) is already mounted by another kvsfs process")
-        }
+        let lock = try StuckDaemon.lock(location, logger: logger)
+        // Checked once the store is this process's: a mount its earlier daemon left behind
+        // answers by now, or has gone.
+        try MountpointCheck.check(path, logger: logger)
         let keyValueStore = try openStore(location, dataDirectory: dataDirectory)
-        let logger = Logger(label: "kvsfs")
         for change in keyValueStore.quarantined {
             logger.error("a committed change to \(change.key.debugDescription) (\(change.stamp)) was refused by the database and kept in \(location.databasePath).quarantine")
         }
@@ -173,6 +170,11 @@ struct Mount: ParsableCommand {
             throw CommandFailure(error.description)
         }
         mount.handleSignals()
+        do {
+            try StuckDaemon.note(lock, mountpoint: path)
+        } catch {
+            logger.warning("\(error); should this daemon be killed while it waits on its mount, the next kvsfs mount cannot end it")
+        }
         fileSystem.attach(kernelCache: mount)
         if let defaults { try HangupReload.install { defaults.reload(into: fileSystem, logger: logger) } }
         sync?.start()
@@ -308,12 +310,20 @@ enum MountProbe {
 
 /// The checks made before mounting, so that a bad mountpoint leaves nothing mounted.
 enum MountpointCheck {
-    static func check(_ path: String) throws {
+    static func check(_ path: String, logger: Logger) throws {
+        // statfs always asks the file system (stat may be answered from the kernel's cache of a
+        // dead mount's root): ENOTCONN means a FUSE mount whose daemon is gone.
+        var space = statvfs()
+        if statvfs(path, &space) != 0, errno == ENOTCONN {
+            try detachDeadMount(path, logger: logger)
+            return try check(path, logger: logger)
+        }
         var info = stat()
         if stat(path, &info) != 0 {
             let code = errno
             if code == ENOTCONN {
-                throw CommandFailure("\(path) is a mount whose daemon has gone away: unmount it with 'fusermount3 -u \(path)' first")
+                try detachDeadMount(path, logger: logger)
+                return try check(path, logger: logger)
             }
             if code == ENOENT { throw CommandFailure("mountpoint \(path) does not exist: create it with 'mkdir -p \(path)'") }
             throw CommandFailure("cannot use mountpoint \(path): \(String(cString: strerror(code)))")
@@ -334,8 +344,43 @@ enum MountpointCheck {
         return false
     }
 
+    /// Unmounts (lazily) a kvsfs mount on `path` whose daemon is gone, and says so; refuses
+    /// any other file system's.
+    private static func detachDeadMount(_ path: String, logger: Logger) throws {
+        guard isKVSFSMount(path) else {
+            throw CommandFailure("\(path) is a mount whose daemon has gone away: unmount it with 'fusermount3 -u \(path)' first")
+        }
+        if umount2(path, Int32(MNT_DETACH)) != 0 {
+            let unmount = Process()
+            unmount.executableURL = URL(fileURLWithPath: "/bin/fusermount3")
+            unmount.arguments = ["-u", "-z", path]
+            let failure = CommandFailure("\(path) is a kvsfs mount whose daemon has gone away, and it could not be unmounted: run 'fusermount3 -u \(path)' first")
+            do {
+                try unmount.run()
+            } catch {
+                throw failure
+            }
+            unmount.waitUntilExit()
+            guard unmount.terminationReason == .exit, unmount.terminationStatus == 0 else { throw failure }
+        }
+        logger.warning("\(path) was a kvsfs mount whose daemon had gone away; unmounted it")
+    }
+
+    /// Whether the last mount on `path` in /proc/self/mountinfo is a kvsfs one.
+    private static func isKVSFSMount(_ path: String) -> Bool {
+        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        var kvsfs = false
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count > 4, unescapeMountPath(String(fields[4])) == path,
+                  let separator = fields.firstIndex(of: "-"), separator + 1 < fields.count else { continue }
+            kvsfs = fields[separator + 1] == "fuse.kvsfs"
+        }
+        return kvsfs
+    }
+
     /// mountinfo writes space, tab, newline and backslash as octal escapes.
-    private static func unescapeMountPath(_ text: String) -> String {
+    static func unescapeMountPath(_ text: String) -> String {
         var remaining = Array(text.utf8)[...]
         var bytes = [UInt8]()
         while let byte = remaining.popFirst() {

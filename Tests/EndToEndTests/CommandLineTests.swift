@@ -122,7 +122,7 @@ struct MountingTests {
         try withDaemon { (m, dir) throws in
             let result = try run(kvsfsBinary, ["mount", dir.subdirectory("mnt2"), "--data-dir", m.dataDirectory], timeout: 20)
             #expect(result.status != 0)
-            #expect(result.standardError.contains("already mounted by another kvsfs process"), "\(result)")
+            #expect(result.standardError.contains("is already mounted by kvsfs process \(m.process.processIdentifier)"), "\(result)")
             #expect(!DaemonMount.isMounted(dir.path + "/mnt2"))
         }
     }
