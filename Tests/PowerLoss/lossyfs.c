@@ -21,6 +21,7 @@
  *     after a power failure, the new name on the old (or empty) contents, as ext4 without
  *     auto_da_alloc and XFS do; a program relying on a directory's fsync for a name to last is
  *     not caught.
+ *   - sync(2) and syncfs(2) reach no FUSE file system, so they make nothing durable here.
  *   - The backing directory is the disk: nothing here calls fsync on it, so a real crash of
  *     the machine is not modelled, only the one this process simulates.
  * --delay-ms N sleeps N ms before every operation: a slow disk, for crash tests that need time
@@ -68,8 +69,11 @@ struct node {
     size_t count, capacity;
 };
 
+/* An open file (`node`) or directory (`directory`): the kernel may pass either to chmod,
+ * chown, utimens and truncate. */
 struct handle {
     struct node *node;
+    DIR *directory;
     bool synchronous;   /* opened O_SYNC or O_DSYNC: every write is made durable before it returns */
 };
 
@@ -82,6 +86,14 @@ static struct node *nodes;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const char *relative(const char *path) { return path[1] ? path + 1 : "."; }
+
+static struct handle *handle_of(struct fuse_file_info *fi) { return (struct handle *)(uintptr_t)fi->fh; }
+
+/* The backing descriptor of an open file or directory. */
+static int descriptor(struct fuse_file_info *fi) {
+    struct handle *h = handle_of(fi);
+    return h->node ? h->node->fd : dirfd(h->directory);
+}
 
 static uint64_t next_random(void) {
     random_state ^= random_state << 13;
@@ -312,7 +324,7 @@ static void *power_switch(void *unused) {
 
 static int lossy_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
     enter();
-    int r = fi ? fstat(((struct handle *)fi->fh)->node->fd, st)
+    int r = fi ? fstat(descriptor(fi), st)
                : fstatat(root, relative(path), st, AT_SYMLINK_NOFOLLOW);
     r = r == 0 ? 0 : -errno;
     if (r == 0 && S_ISREG(st->st_mode)) {
@@ -404,7 +416,7 @@ static int lossy_link(const char *from, const char *to) {
 
 static int lossy_chmod(const char *path, mode_t mode, struct fuse_file_info *fi) {
     enter();
-    int r = (fi ? fchmod(((struct handle *)fi->fh)->node->fd, mode)
+    int r = (fi ? fchmod(descriptor(fi), mode)
                 : fchmodat(root, relative(path), mode, 0)) == 0 ? 0 : -errno;
     leave();
     return r;
@@ -412,7 +424,7 @@ static int lossy_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
 
 static int lossy_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_info *fi) {
     enter();
-    int r = (fi ? fchown(((struct handle *)fi->fh)->node->fd, uid, gid)
+    int r = (fi ? fchown(descriptor(fi), uid, gid)
                 : fchownat(root, relative(path), uid, gid, AT_SYMLINK_NOFOLLOW)) == 0 ? 0 : -errno;
     leave();
     return r;
@@ -420,8 +432,8 @@ static int lossy_chown(const char *path, uid_t uid, gid_t gid, struct fuse_file_
 
 static int lossy_truncate(const char *path, off_t size, struct fuse_file_info *fi) {
     enter();
-    struct node *n = fi ? ((struct handle *)fi->fh)->node : node_at(path);
-    int r = n ? 0 : -errno;
+    struct node *n = fi ? handle_of(fi)->node : node_at(path);
+    int r = n ? 0 : fi ? -EISDIR : -errno;
     if (n) {
         truncate_to(n, size);
         settle(n);
@@ -432,7 +444,7 @@ static int lossy_truncate(const char *path, off_t size, struct fuse_file_info *f
 
 static int lossy_utimens(const char *path, const struct timespec times[2], struct fuse_file_info *fi) {
     enter();
-    int r = (fi ? futimens(((struct handle *)fi->fh)->node->fd, times)
+    int r = (fi ? futimens(descriptor(fi), times)
                 : utimensat(root, relative(path), times, AT_SYMLINK_NOFOLLOW)) == 0 ? 0 : -errno;
     leave();
     return r;
@@ -443,7 +455,7 @@ static int open_handle(int fd, struct fuse_file_info *fi) {
     if (fd < 0) return -errno;
     struct node *n = adopt(fd);
     if (!n) return -errno;
-    struct handle *h = malloc(sizeof *h);
+    struct handle *h = calloc(1, sizeof *h);
     if (!h) { settle(n); return -ENOMEM; }
     h->node = n;
     h->synchronous = (fi->flags & (O_SYNC | O_DSYNC)) != 0;
@@ -471,7 +483,7 @@ static int lossy_create(const char *path, mode_t mode, struct fuse_file_info *fi
 static int lossy_read(const char *path, char *buffer, size_t size, off_t offset, struct fuse_file_info *fi) {
     (void)path;
     enter();
-    ssize_t r = read_at(((struct handle *)fi->fh)->node, buffer, size, offset);
+    ssize_t r = read_at(handle_of(fi)->node, buffer, size, offset);
     leave();
     return r;
 }
@@ -479,7 +491,7 @@ static int lossy_read(const char *path, char *buffer, size_t size, off_t offset,
 static int lossy_write(const char *path, const char *buffer, size_t size, off_t offset, struct fuse_file_info *fi) {
     (void)path;
     enter();
-    struct handle *h = (struct handle *)fi->fh;
+    struct handle *h = handle_of(fi);
     int r = write_at(h->node, buffer, size, offset);
     if (r == 0 && h->synchronous) r = sync_node(h->node);
     leave();
@@ -497,7 +509,7 @@ static int lossy_statfs(const char *path, struct statvfs *st) {
 static int lossy_release(const char *path, struct fuse_file_info *fi) {
     (void)path;
     enter();
-    struct handle *h = (struct handle *)fi->fh;
+    struct handle *h = handle_of(fi);
     h->node->opens--;
     settle(h->node);
     free(h);
@@ -509,7 +521,7 @@ static int lossy_fsync(const char *path, int data_only, struct fuse_file_info *f
     (void)path;
     (void)data_only;
     enter();
-    int r = sync_node(((struct handle *)fi->fh)->node);
+    int r = sync_node(handle_of(fi)->node);
     leave();
     return r;
 }
@@ -524,10 +536,16 @@ static int lossy_fsyncdir(const char *path, int data_only, struct fuse_file_info
 static int lossy_opendir(const char *path, struct fuse_file_info *fi) {
     enter();
     int fd = openat(root, relative(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *directory = fd < 0 ? NULL : fdopendir(fd);
-    int r = directory ? 0 : -errno;
-    if (!directory && fd >= 0) close(fd);
-    fi->fh = (uint64_t)(uintptr_t)directory;
+    struct handle *h = fd < 0 ? NULL : calloc(1, sizeof *h);
+    DIR *directory = h ? fdopendir(fd) : NULL;
+    int r = directory ? 0 : fd < 0 ? -errno : -ENOMEM;
+    if (!directory) {
+        free(h);
+        if (fd >= 0) close(fd);
+    } else {
+        h->directory = directory;
+        fi->fh = (uint64_t)(uintptr_t)h;
+    }
     leave();
     return r;
 }
@@ -539,7 +557,7 @@ static int lossy_readdir(const char *path, void *buffer, fuse_fill_dir_t fill, o
     (void)offset;
     (void)flags;
     enter();
-    DIR *directory = (DIR *)(uintptr_t)fi->fh;
+    DIR *directory = handle_of(fi)->directory;
     rewinddir(directory);
     for (struct dirent *entry; (entry = readdir(directory));) {
         struct stat st = { .st_ino = entry->d_ino, .st_mode = (mode_t)DTTOIF(entry->d_type) };
@@ -551,7 +569,10 @@ static int lossy_readdir(const char *path, void *buffer, fuse_fill_dir_t fill, o
 
 static int lossy_releasedir(const char *path, struct fuse_file_info *fi) {
     (void)path;
-    closedir((DIR *)(uintptr_t)fi->fh);
+    enter();
+    closedir(handle_of(fi)->directory);
+    free(handle_of(fi));
+    leave();
     return 0;
 }
 
