@@ -14,8 +14,8 @@ extension KeyValueFileSystem {
         if let refusal = file.writeRefusal ?? file.commitRefusal { throw refusal }
         guard file.dirty else { return }
         do {
-            if let remote = file.remoteWrite, remote.change.key == file.node.key {
-                try commitExternal(remote, to: file.node, in: &ns)
+            if let shown = file.shown, shown.change.key == file.node.key {
+                commitShown(to: file.node, in: &ns)
             } else {
                 try commit(file.buffer ?? [], to: file.node, decoded: decoded, in: &ns)
             }
@@ -54,9 +54,9 @@ extension KeyValueFileSystem {
         node.rendered = nil
     }
 
-    /// Makes a remote change the node's value, as the change itself (its stamp, its sync state).
-    func commitExternal(_ remote: RemoteWrite, to node: Node, in ns: inout Namespace) throws {
-        try store.applyExternal([remote.change], mode: remote.mode)
+    /// Brings the node along with the change the applier showed: the store holds it already
+    /// (with its stamp and sync state) and is not written again.
+    func commitShown(to node: Node, in ns: inout Namespace) {
         switch node.kind {
         case .placeholder(let key), .registeredDefault(let key, _):
             guard store.entry(forKey: key) != nil else { break }
@@ -85,7 +85,7 @@ extension KeyValueFileSystem {
     /// it only if the handle still holds the same bytes.
     func decodeUnlocked(_ handle: FileHandle) -> DecodedContent? {
         decodeUnlocked { ns in
-            guard let file = ns.handles[handle], file.dirty, file.remoteWrite == nil, file.writeRefusal == nil, file.commitRefusal == nil,
+            guard let file = ns.handles[handle], file.dirty, file.shown == nil, file.writeRefusal == nil, file.commitRefusal == nil,
                   file.node.key != nil else { return nil }
             return file.buffer
         }

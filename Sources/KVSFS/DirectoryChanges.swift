@@ -19,17 +19,16 @@ extension KeyValueFileSystem {
             let content = content(of: node)
             switch node.kind {
             case .key(let key):
-                if let remote = sync?.remoteWrite(in: context), remote.change.key == key, remote.change.isTombstone {
-                    try store.applyExternal([remote.change], mode: remote.mode)
-                } else {
-                    try store.removeValue(forKey: key)
+                // The applier's unlink shows a removal the store holds already.
+                if let shown = shownChange(in: context), shown.change.key == key, shown.change.isTombstone {
+                    break
                 }
+                try store.removeValue(forKey: key)
             case .registeredDefault(let key, _):
                 // Only the applier removes one, for a remote deletion racing a local one.
-                guard let remote = sync?.remoteWrite(in: context), remote.change.key == key, remote.change.isTombstone else {
+                guard let shown = shownChange(in: context), shown.change.key == key, shown.change.isTombstone else {
                     throw FileSystemError.registeredDefault(key)
                 }
-                try store.applyExternal([remote.change], mode: remote.mode)
             case .editorFile(let file):
                 try deleteHiddenKey(of: file, heldBy: node, in: &ns)
             case .placeholder, .removed:

@@ -26,16 +26,20 @@ public final class KeyValueFileSystem: FuseFileSystem {
     let logger: Logger
     let state: GuardedNamespace
     let sync: (any MountSynchronizer)?
+    /// Who shows the changes the kernel did not make (`MountApplier`); nil in tests of the
+    /// file system alone, where the kernel is only told to forget what it cached.
+    let applier: (any ChangeShowing)?
     /// Where notices to the kernel go (`attach(kernelCache:)`); nil until the session exists.
     let attachedKernelCache = Mutex<(any KernelCache)?>(nil)
     /// Refused writes told in the log and the event log.
     let refusals: RefusalReports
 
     public init(store: KeyValueStore, configuration: MountConfiguration = MountConfiguration(), sync: (any MountSynchronizer)? = nil,
-                logger: Logger = Logger(label: "kvsfs")) {
+                applier: (any ChangeShowing)? = nil, logger: Logger = Logger(label: "kvsfs")) {
         self.store = store
         self.configuration = configuration
         self.sync = sync
+        self.applier = applier
         self.logger = logger
         self.refusals = RefusalReports(logger: logger)
         self.state = GuardedNamespace(Namespace(now: Date()))
@@ -54,7 +58,7 @@ public final class KeyValueFileSystem: FuseFileSystem {
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             guard try classify(name) != nil else { return .notFound(timeout: negativeLookupTimeout) }
-            let shown = sync?.remoteWrite(in: context).flatMap { $0.change.key == KeyFileName.key(forFileName: name) ? $0 : nil }
+            let shown = shownChange(in: context).flatMap { $0.change.key == KeyFileName.key(forFileName: name) ? $0 : nil }
             // The applier creates the file of a key that is new, unless the kernel knows it already
             // (a listing gives nodes to every key, the kernel only to those it looks up).
             if let shown, shown.keyIsNew, !shown.change.isTombstone, (ns.names[name]?.lookups ?? 0) == 0 {
@@ -70,9 +74,14 @@ public final class KeyValueFileSystem: FuseFileSystem {
 
     /// The file a remote deletion removes, for the applier to unlink: the store, which took the
     /// deletion in first, no longer has the key.
-    private func shownRemoval(_ shown: RemoteWrite?, named name: String, in ns: inout Namespace) -> Node? {
+    private func shownRemoval(_ shown: ShownChange?, named name: String, in ns: inout Namespace) -> Node? {
         guard let shown, shown.change.isTombstone, !shown.keyIsNew, ns.hiddenKeys[shown.change.key] == nil else { return nil }
         return ns.addNode(name: name, kind: .key(shown.change.key), modifiedAt: Date())
+    }
+
+    /// The change a request shows, when it is the applier's: decided once per request.
+    func shownChange(in context: RequestContext) -> ShownChange? {
+        applier?.shownChange(for: context)
     }
 
     public func forget(inode: InodeNumber, lookups: UInt64) {

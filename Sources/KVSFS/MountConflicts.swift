@@ -3,27 +3,26 @@ import FuseKit
 import KVStore
 
 /// A conflict settled (`kvsfs resolve`) as the mount shows it: the store takes the kept side
-/// as a new change (`KeyValueStore.settle`), and, as after an import, the key's node is brought
-/// along and the kernel told to forget what it holds of the key.
+/// as a new change (`KeyValueStore.settle`), and, as after an import, the applier shows it
+/// through the mount (`showChanged`).
 extension KeyValueFileSystem {
     /// Keeps `side`, one of `conflict`'s lost changes or its won one, as a new change of its key.
     public func settle(_ conflict: KeyConflict, keeping side: KeptChange) throws {
         if configuration.readOnly { throw StoreError.readOnly("the mount is read-only") }
-        var notices: [KernelNotice] = []
-        try state.withLock { ns throws in
-            var removedContent: [InodeNumber: [UInt8]] = [:]
+        var removedContent: [InodeNumber: [UInt8]] = [:]
+        let (before, after) = try state.withLock { ns throws in
             if let node = ns.names[KeyFileName.fileName(forKey: conflict.key)], node.key == conflict.key, node.openHandles > 0 {
                 removedContent[node.inode] = content(of: node)
             }
-            let (before, after) = try store.settle(conflict, keeping: side)
-            notices = switch (before, after) {
-            case (nil, nil): []
-            case (nil, .some): show(added: [conflict.key], changed: [], removed: [], removedContent: [:], in: &ns)
-            case (.some, nil): show(added: [], changed: [], removed: [conflict.key], removedContent: removedContent, in: &ns)
-            case (.some, .some): show(added: [], changed: [conflict.key], removed: [], removedContent: [:], in: &ns)
-            }
+            return try store.settle(conflict, keeping: side)
         }
-        tell(notices, of: "a settled conflict")
+        let key = [conflict.key]
+        switch (before, after) {
+        case (nil, nil): break
+        case (nil, .some): showChanged(added: key, changed: [], removed: [], removedContent: [:], of: "a settled conflict")
+        case (.some, nil): showChanged(added: [], changed: [], removed: key, removedContent: removedContent, of: "a settled conflict")
+        case (.some, .some): showChanged(added: [], changed: key, removed: [], removedContent: [:], of: "a settled conflict")
+        }
     }
 }
 

@@ -5,11 +5,11 @@ import KVStore
 import Synchronization
 
 /// An import (`kvsfs import`) as the mount shows it. The store takes the whole import in one
-/// transaction (`KeyValueStore.importValues`); the files of the keys it changed show the new
-/// values at once. Nothing of an import passes through the kernel, which caches names and
-/// attributes of keys for an hour on the understanding that every change does: so the
-/// mount's nodes are brought along under the namespace lock, and then the kernel is told to
-/// forget what it holds for those keys (`KernelCache`).
+/// transaction (`KeyValueStore.importValues`); then the applier shows each key it changed
+/// through the mount (`MountApplier`), so that the kernel raises a writer's inotify events for
+/// them, on this mount as on every other, and drops what it cached of the old values. Should
+/// the applier be unable to, the mount's nodes are brought along under the namespace lock and
+/// the kernel is told to forget what it holds for those keys (`KernelCache`), without events.
 extension KeyValueFileSystem {
     /// Where the mount sends its notices to the kernel: set once the session exists, and to
     /// nil once it has ended (the session holds the file system: this would hold it back).
@@ -24,26 +24,35 @@ extension KeyValueFileSystem {
         // Checked and encoded before any lock: the mount serves its files meanwhile.
         let prepared = try store.prepareImport(values, replacing: replacing)
         if dryRun { return try store.importValues(prepared, dryRun: true) }
-        var notices: [KernelNotice] = []
+        // What open handles of a key about to be removed go on reading, as after an unlink.
+        var removedContent: [InodeNumber: [UInt8]] = [:]
         let plan = try state.withLock { ns throws -> ImportPlan in
-            // What open handles of a key about to be removed go on reading, as after an unlink.
-            var removedContent: [InodeNumber: [UInt8]] = [:]
             if replacing {
                 for node in ns.names.values where node.openHandles > 0 {
                     if case .key(let key) = node.kind, values[key] == nil { removedContent[node.inode] = content(of: node) }
                 }
             }
-            let plan = try store.importValues(prepared, dryRun: false)
-            guard !plan.keys.isEmpty else { return plan }
-            notices = show(added: plan.added, changed: plan.changed, removed: plan.removed, removedContent: removedContent, in: &ns)
-            return plan
+            return try store.importValues(prepared, dryRun: false)
         }
-        tell(notices, of: "an import")
+        showChanged(added: plan.added, changed: plan.changed, removed: plan.removed, removedContent: removedContent, of: "an import")
         return plan
     }
 }
 
 extension KeyValueFileSystem {
+    /// Shows keys the store changed without the kernel (an import, a settled conflict): through
+    /// the applier, as a writer would; when it cannot, by bringing the nodes along and telling
+    /// the kernel to forget what it cached. Called without the namespace lock.
+    func showChanged(added: [String], changed: [String], removed: [String], removedContent: [InodeNumber: [UInt8]], of what: String) {
+        let keys = added + changed + removed
+        guard !keys.isEmpty else { return }
+        if let applier, applier.show(keys, newKeys: Swift.Set(added)) { return }
+        let notices = state.withLock { ns in
+            show(added: added, changed: changed, removed: removed, removedContent: removedContent, in: &ns)
+        }
+        tell(notices, of: what)
+    }
+
     /// Brings the mount's nodes along with keys the store changed without the kernel (an import,
     /// a settled conflict), under the namespace lock; returns what the kernel must be told.
     /// `removedContent`: what open handles of a removed key go on reading, as after an unlink.

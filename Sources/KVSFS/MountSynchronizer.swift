@@ -2,35 +2,11 @@ import FoundationEssentials
 import FuseKit
 import KVStore
 
-/// A remote change being written through the mount by whoever applies remote changes.
-public struct RemoteWrite: Sendable, Equatable {
-    public var change: StampedChange
-    public var mode: ExternalApplyMode
-    /// Whether the key had no value before the change: the applier takes a batch into the
-    /// store before it shows each change through the mount, and the kernel raises IN_CREATE
-    /// only for a file it creates, so the applier's look-up of such a key finds nothing.
-    public var keyIsNew: Bool
-
-    public init(change: StampedChange, mode: ExternalApplyMode, keyIsNew: Bool = false) {
-        self.change = change
-        self.mode = mode
-        self.keyIsNew = keyIsNew
-    }
-}
-
 /// The one door between a mount and whatever keeps its store in sync with a remote: the
 /// mount knows nothing else of sync. Wired by whoever runs both.
 ///
-/// Remote changes are shown through the mount's own file operations, so that the kernel
-/// raises inotify events for them as for any writer. A request that comes from that applier
-/// writes the change it names, as that change (its stamp, not uploaded again; a change the
-/// store already holds is not written again), and is not held to the local quotas or to a
-/// read-only store.
+/// Remote changes reach the mount through its applier (`MountApplier`), not through this door.
 public protocol MountSynchronizer: Sendable {
-    /// The remote change the request is writing, when `context` is the applier's; nil for
-    /// every other request.
-    func remoteWrite(in context: RequestContext) -> RemoteWrite?
-
     /// Pushes what is pending and fetches and applies what is new, blocking until done.
     /// Throws `SyncFailure`. Never called from a request during which the kernel holds the
     /// root directory's lock: remote changes are applied through that directory.

@@ -91,7 +91,8 @@ final class OpenFile {
     var commitRefusal: (any Error)?
     /// The remote change this handle was opened to write, by whoever applies remote changes:
     /// committed as that change, past the local quotas.
-    let remoteWrite: RemoteWrite?
+    /// The change this handle shows, when the applier opened it (`MountApplier`).
+    let shown: ShownChange?
     /// For a reader: the committed value as it was at its open, or at its last read from
     /// offset 0, which every read of this handle serves whole (past the page cache).
     var snapshot: [UInt8]?
@@ -102,11 +103,11 @@ final class OpenFile {
     /// the kernel, whose idea of the file's size may be out of date, says it goes.
     let appends: Bool
 
-    init(node: Node, writable: Bool, appends: Bool = false, remoteWrite: RemoteWrite? = nil) {
+    init(node: Node, writable: Bool, appends: Bool = false, shown: ShownChange? = nil) {
         self.node = node
         self.writable = writable
         self.appends = appends
-        self.remoteWrite = remoteWrite
+        self.shown = shown
     }
 }
 

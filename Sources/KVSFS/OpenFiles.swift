@@ -15,9 +15,9 @@ extension KeyValueFileSystem {
             let node = try existingNode(inode, in: ns)
             if flags.isWritable { try checkMayChange(context) }
             if flags.isWritable, node.key != nil { try checkWritable(context) }
-            let remoteWrite = sync?.remoteWrite(in: context)
-            if flags.isWritable { try checkMayBecomeKey(node, remoteWrite: remoteWrite) }
-            return open(node, flags: flags, remoteWrite: remoteWrite, in: &ns)
+            let shown = shownChange(in: context)
+            if flags.isWritable { try checkMayBecomeKey(node, shown: shown) }
+            return open(node, flags: flags, shown: shown, in: &ns)
         }
     }
 
@@ -25,7 +25,7 @@ extension KeyValueFileSystem {
         let name = KeyName.canonical(name)
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
-            let remoteWrite = sync?.remoteWrite(in: context)
+            let shown = shownChange(in: context)
             // A new file made as mkstemp makes one, under rsync's name for it, is rsync's
             // temporary file: scratch (`EditorFileRule`). A file of that name that exists is
             // found below as what it is.
@@ -36,9 +36,9 @@ extension KeyValueFileSystem {
             if case .key = nameClass { try checkWritable(context) }
             if let existing = try visibleNode(named: name, in: &ns) {
                 if flags.exclusive { throw FileSystemError.fileExists }
-                if flags.isWritable { try checkMayBecomeKey(existing, remoteWrite: remoteWrite) }
+                if flags.isWritable { try checkMayBecomeKey(existing, shown: shown) }
                 existing.lookups += 1
-                return (entry(for: existing), open(existing, flags: flags, remoteWrite: remoteWrite, in: &ns))
+                return (entry(for: existing), open(existing, flags: flags, shown: shown, in: &ns))
             }
             guard ns.pendingFiles < configuration.maxPendingFiles else {
                 throw FileSystemError.tooManyEditorFiles(limit: configuration.maxPendingFiles)
@@ -48,7 +48,7 @@ extension KeyValueFileSystem {
             case .editorFile:
                 kind = .editorFile(EditorFile(content: [], hiddenKey: nil))
             case .key(let key):
-                if store.entry(forKey: key) == nil, remoteWrite == nil {
+                if store.entry(forKey: key) == nil, shown == nil {
                     do {
                         try store.ledger.checkNewKey(usage: store.usage)
                     } catch {
@@ -60,13 +60,13 @@ extension KeyValueFileSystem {
             }
             let node = ns.addNode(name: name, kind: kind, modifiedAt: Date())
             // A new key's mode is judged when its first value is committed (`ModeRule`).
-            if case .key = nameClass, remoteWrite == nil,
+            if case .key = nameClass, shown == nil,
                !modeRule.admitsCreated(mode: mode) {
                 node.modeAsked = mode
             }
             ns.directoryModifiedAt = node.modifiedAt
             node.lookups += 1
-            return (entry(for: node), open(node, flags: flags, remoteWrite: remoteWrite, in: &ns))
+            return (entry(for: node), open(node, flags: flags, shown: shown, in: &ns))
         }
     }
 
@@ -95,13 +95,13 @@ extension KeyValueFileSystem {
             let end = offset + bytes.count
             do {
                 if end > buffer.count {
-                    if file.remoteWrite == nil { try checkGrowth(of: file.node, to: end) }
+                    if file.shown == nil { try checkGrowth(of: file.node, to: end) }
                     buffer.append(contentsOf: repeatElement(0, count: end - buffer.count))
                 }
                 buffer.withUnsafeMutableBytes { target in
                     target.baseAddress!.advanced(by: offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
                 }
-                if file.remoteWrite == nil, file.node.key != nil { try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end) }
+                if file.shown == nil, file.node.key != nil { try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end) }
             } catch {
                 file.buffer = buffer
                 file.writeRefusal = error
@@ -173,7 +173,7 @@ extension KeyValueFileSystem {
             }
             // Bytes never committed: a time set on them must not stay on the content that remains.
             if file.holdsUncommittedBytes { droppedSetTime(of: file.node) }
-            if let refusal = file.commitRefusal, file.remoteWrite == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
+            if let refusal = file.commitRefusal, file.shown == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
             let notices = dropRefusedPlaceholder(file, in: &ns)
@@ -196,8 +196,8 @@ extension KeyValueFileSystem {
         return [.removal(name, file.node.inode)]
     }
 
-    func open(_ node: Node, flags: OpenFlags, remoteWrite: RemoteWrite?, in ns: inout Namespace) -> OpenReply {
-        let file = OpenFile(node: node, writable: flags.isWritable, appends: flags.appends, remoteWrite: remoteWrite)
+    func open(_ node: Node, flags: OpenFlags, shown: ShownChange?, in ns: inout Namespace) -> OpenReply {
+        let file = OpenFile(node: node, writable: flags.isWritable, appends: flags.appends, shown: shown)
         node.openHandles += 1
         if file.writable {
             node.openWriters += 1
@@ -205,7 +205,7 @@ extension KeyValueFileSystem {
                 file.buffer = []
                 file.dirty = true
             }
-            if remoteWrite != nil { file.prefix = .unchecked }
+            if shown != nil { file.prefix = .unchecked }
         } else {
             file.snapshot = content(of: node)
         }
@@ -239,19 +239,19 @@ extension KeyValueFileSystem {
 
     /// Refuses, up front, writing a file that shows a default when the store holds its limit of
     /// keys (ENOSPC): its value would be a new key. The applier always may.
-    func checkMayBecomeKey(_ node: Node, remoteWrite: RemoteWrite?) throws {
-        if node.isRegisteredDefault, remoteWrite == nil { try store.ledger.checkNewKey(usage: store.usage) }
+    func checkMayBecomeKey(_ node: Node, shown: ShownChange?) throws {
+        if node.isRegisteredDefault, shown == nil { try store.ledger.checkNewKey(usage: store.usage) }
     }
 
     /// Refuses any change through a read-only mount (EROFS), but the applier's.
     func checkMayChange(_ context: RequestContext) throws {
-        if configuration.readOnly, sync?.remoteWrite(in: context) == nil { throw FileSystemError.readOnlyMount }
+        if configuration.readOnly, shownChange(in: context) == nil { throw FileSystemError.readOnlyMount }
     }
 
     /// Refuses a local change to a key up front when the store is read-only here (EROFS);
     /// the thread applying remote changes always may.
     func checkWritable(_ context: RequestContext) throws {
-        if let reason = store.readOnly, sync?.remoteWrite(in: context) == nil { throw StoreError.readOnly(reason) }
+        if let reason = store.readOnly, shownChange(in: context) == nil { throw StoreError.readOnly(reason) }
     }
 
     /// Truncation: of the handle's buffer when a writer asks, else of every open writer's

@@ -1,5 +1,5 @@
 import ArgumentParser
-import KVSync
+import KVSFS
 
 /// The root command. Synchronous on purpose: `mount` runs the FUSE loop on the main thread,
 /// where libfuse's SIGINT/SIGTERM handler can interrupt it (an async root would leave the

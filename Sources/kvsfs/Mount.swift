@@ -148,15 +148,17 @@ struct Mount: ParsableCommand {
 
         let remote = try makeRemote(dataDirectory: dataDirectory, limits: newLimits, token: serverToken)
         logger.info("\(startLine(store: keyValueStore, deviceName: ownName, dataDirectory: dataDirectory, mountpoint: path, remote: remote))")
+        // The one door for changes the kernel did not make: remote ones, an import, a resolve.
+        let applier = MountApplier(mountpoint: path, store: keyValueStore)
         let sync = try remote.map { remote in
-            try MountSync(store: keyValueStore, remote: remote, mountpoint: path,
+            try MountSync(store: keyValueStore, remote: remote, applier: applier,
                           eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path, logger: logger)
         }
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
             configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location,
                                               registersDefaults: defaults != nil, allowOther: allowOther),
-            sync: sync, logger: logger)
+            sync: sync, applier: applier, logger: logger)
         if let registered { fileSystem.registerDefaults(registered) }
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
@@ -197,6 +199,7 @@ struct Mount: ParsableCommand {
         fileSystem.attach(kernelCache: nil)
         Readiness.stopping()
         sync?.stop()
+        applier.stop()
         try keyValueStore.makeDurable()
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }

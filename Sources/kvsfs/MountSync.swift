@@ -29,7 +29,7 @@ enum RemoteLocation {
     }
 }
 
-/// Sync for one mount: the engine, the thread that applies remote changes through the mount,
+/// Sync for one mount: the engine, which applies remote changes through the mount's applier,
 /// and the event log; the mount's one door to them.
 final class MountSync: MountSynchronizer {
     let engine: SyncEngine
@@ -42,7 +42,7 @@ final class MountSync: MountSynchronizer {
     /// The store's setting that keeps the event log's last cursor.
     static let eventCursorSetting = "eventLogCursor"
 
-    init(store: KeyValueStore, remote: any Remote, mountpoint: String, eventLogPath: String, logger: Logger) throws {
+    init(store: KeyValueStore, remote: any Remote, applier: MountApplier, eventLogPath: String, logger: Logger) throws {
         self.store = store
         self.remote = remote
         self.logger = logger
@@ -55,7 +55,7 @@ final class MountSync: MountSynchronizer {
         } catch {
             throw CommandFailure("cannot open the event log \(eventLogPath): \(error)")
         }
-        applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store)
+        self.applier = applier
         engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
             Self.append(event, to: events, store: store, logger: logger)
             let message = event.message ?? ""
@@ -102,11 +102,6 @@ final class MountSync: MountSynchronizer {
     /// times out after 30 s) is left to end with the process.
     func stop() {
         _ = waitFor({ [engine] in await engine.stopAndWait() }, timeout: .seconds(5))
-        applier.stop()
-    }
-
-    func remoteWrite(in context: RequestContext) -> RemoteWrite? {
-        applier.changeBeingApplied(byThread: context.threadID).map { RemoteWrite(change: $0.change, mode: $0.mode, keyIsNew: $0.keyIsNew) }
     }
 
     func synchronize() throws {

@@ -14,11 +14,11 @@ final class Harness {
     let context = RequestContext(threadID: 100, uid: getuid(), gid: getgid())
 
     init(limits: QuotaLimits? = nil, format: ValueFormat = .xml, readOnly: Bool = false, registersDefaults: Bool = false,
-         allowOther: Bool = false, sync: (any MountSynchronizer)? = nil) throws {
+         allowOther: Bool = false, sync: (any MountSynchronizer)? = nil, applier: (any ChangeShowing)? = nil) throws {
         store = try makeStore(in: directory, limits: limits)
         let configuration = MountConfiguration(format: format, readOnly: readOnly, registersDefaults: registersDefaults,
                                                allowOther: allowOther)
-        fs = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, logger: .silent)
+        fs = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, applier: applier, logger: .silent)
     }
 
     deinit { directory.remove() }

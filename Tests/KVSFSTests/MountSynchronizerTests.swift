@@ -6,15 +6,21 @@ import KVStore
 import Synchronization
 import Testing
 
-/// The door as the sync side keeps it: one applier thread, one remote change at a time.
-private final class OneApplierDoor: MountSynchronizer {
+/// The applier as the file system sees it: one process, one change at a time, which the
+/// store holds before it is shown.
+private final class OneApplier: ChangeShowing {
     static let applierThread: Int32 = 7
-    let inFlight = Mutex<RemoteWrite?>(nil)
+    let inFlight = Mutex<ShownChange?>(nil)
 
-    func remoteWrite(in context: RequestContext) -> RemoteWrite? {
+    func shownChange(for context: RequestContext) -> ShownChange? {
         context.threadID == Self.applierThread ? inFlight.withLock { $0 } : nil
     }
 
+    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Bool { false }
+}
+
+/// The sync side, for the root's attributes and fsync.
+private final class OfflineDoor: MountSynchronizer {
     func synchronize() throws { throw SyncFailure.unreachable("connection refused") }
     func pushNow() throws { throw SyncFailure.busy("2 requests already wait on the remote: retry") }
     func replaceWithRemote() throws { throw SyncFailure.authorizationRefused("unknown or revoked token") }
@@ -28,7 +34,7 @@ private final class OneApplierDoor: MountSynchronizer {
 
 @Suite("The door between the mount and sync")
 struct MountSynchronizerTests {
-    private let applier = RequestContext(threadID: OneApplierDoor.applierThread, uid: getuid(), gid: getgid())
+    private let applier = RequestContext(threadID: OneApplier.applierThread, uid: getuid(), gid: getgid())
 
     private func write(_ harness: Harness, _ name: String, _ text: String, as context: RequestContext) throws {
         let (entry, reply) = try harness.fs.create(parent: .root, name: name, mode: 0o644,
@@ -39,23 +45,27 @@ struct MountSynchronizerTests {
         try harness.fs.flush(inode: ino, handle: reply.handle, context: context)
     }
 
-    @Test("the applier's write is the remote change itself, even on a read-only store; anyone else's is EROFS")
-    func applierWritesTheRemoteChange() throws {
-        let door = OneApplierDoor()
-        let harness = try Harness(sync: door)
+    @Test("the applier's write shows the change the store holds, even on a read-only store, and writes nothing; anyone else's is EROFS")
+    func applierShowsTheRemoteChange() throws {
+        let door = OneApplier()
+        let harness = try Harness(sync: OfflineDoor(), applier: door)
         let xml = try PropertyListCodec.encodeXML(.string("from elsewhere"))
         let stamp = ChangeStamp(time: 1_700_000_000_000, counter: 3, device: "other-device")
         let change = StampedChange(key: "greeting", value: Data(xml), type: .string, stamp: stamp)
         harness.store.setReadOnly("the token may only read")
 
         #expect(errnoOf(harness.fs) { try write(harness, "greeting", "mine", as: harness.context) } == EROFS)
-        door.inFlight.withLock { $0 = RemoteWrite(change: change, mode: .merge) }
-        try write(harness, "greeting", String(decoding: xml, as: UTF8.self), as: applier)
-        #expect(harness.store.allChanges(forKey: "greeting")?.stamp == stamp, "committed with the remote's stamp")
+        _ = try harness.store.applyExternal([change])
+        door.inFlight.withLock { $0 = ShownChange(change: change, keyIsNew: true) }
+        // What the applier writes only shows the change: the store is not written again.
+        try write(harness, "greeting", "<string>not the value</string>", as: applier)
+        #expect(harness.store.allChanges(forKey: "greeting") == change, "the remote's change, with its stamp")
         #expect(harness.store.syncState(forKey: "greeting") == .synced, "not to be pushed back")
+        #expect(try harness.value("greeting") == .string("from elsewhere"))
 
         let tombstone = StampedChange.tombstone("greeting", stamp: ChangeStamp(time: stamp.time + 1, counter: 0, device: "other-device"))
-        door.inFlight.withLock { $0 = RemoteWrite(change: tombstone, mode: .merge) }
+        _ = try harness.store.applyExternal([tombstone])
+        door.inFlight.withLock { $0 = ShownChange(change: tombstone, keyIsNew: false) }
         #expect(errnoOf(harness.fs) { try harness.fs.unlink(parent: .root, name: "greeting", context: harness.context) } == EROFS)
         try harness.fs.unlink(parent: .root, name: "greeting", context: applier)
         #expect(harness.store.allChanges(forKey: "greeting") == tombstone)
@@ -63,8 +73,8 @@ struct MountSynchronizerTests {
 
     @Test("a read-only mount refuses every change with EROFS but the applier's, and reads on")
     func readOnlyMount() throws {
-        let door = OneApplierDoor()
-        let harness = try Harness(readOnly: true, sync: door)
+        let door = OneApplier()
+        let harness = try Harness(readOnly: true, sync: OfflineDoor(), applier: door)
         try harness.store.put(.string("kept"), forKey: "kept")
         let refused: [(String, () throws -> Void)] = [
             ("echo >", { try write(harness, "new", "<string>x</string>", as: harness.context) }),
@@ -83,14 +93,15 @@ struct MountSynchronizerTests {
 
         let xml = try PropertyListCodec.encodeXML(.string("from elsewhere"))
         let change = StampedChange(key: "new", value: Data(xml), type: .string, stamp: ChangeStamp(time: 1_700_000_000_000, counter: 0, device: "other"))
-        door.inFlight.withLock { $0 = RemoteWrite(change: change, mode: .merge) }
+        _ = try harness.store.applyExternal([change])
+        door.inFlight.withLock { $0 = ShownChange(change: change, keyIsNew: true) }
         try write(harness, "new", String(decoding: xml, as: UTF8.self), as: applier)
         #expect(try harness.value("new") == .string("from elsewhere"))
     }
 
     @Test("reading an attribute acts on nothing: no sync, no replacement; fsync of the root pushes and maps its failure to an errno")
     func attributesAreFacts() throws {
-        let harness = try Harness(sync: OneApplierDoor())
+        let harness = try Harness(sync: OfflineDoor())
         // The door's synchronize() and replaceWithRemote() would fail with EHOSTUNREACH and EACCES.
         for name in ["user.kvsfs.synchronize", "user.kvsfs.replace-with-remote"] {
             #expect(errnoOf(harness.fs) { _ = try harness.fs.getxattr(inode: .root, name: name) } == ENODATA, "\(name)")

@@ -10,7 +10,6 @@ import Testing
 private final class RefusalRecorder: MountSynchronizer {
     let recorded = Mutex<[(key: String, reason: String)]>([])
 
-    func remoteWrite(in context: RequestContext) -> RemoteWrite? { nil }
     func synchronize() throws {}
     func pushNow() throws {}
     func replaceWithRemote() throws {}

@@ -65,10 +65,10 @@ public final class InProcessMount: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
 
     public init(store: KeyValueStore, mountpoint: String, configuration: MountConfiguration = MountConfiguration(),
-                sync: (any MountSynchronizer)? = nil) throws {
+                sync: (any MountSynchronizer)? = nil, applier: (any ChangeShowing)? = nil) throws {
         self.mountpoint = mountpoint
         self.store = store
-        let fileSystem = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, logger: .silent)
+        let fileSystem = KeyValueFileSystem(store: store, configuration: configuration, sync: sync, applier: applier, logger: .silent)
         mount = try FuseMount(fileSystem: fileSystem, mountpoint: mountpoint, options: ["fsname=kvsfs:test", "subtype=kvsfs"])
         let thread = Thread { [mount, finished] in
             mount.run()

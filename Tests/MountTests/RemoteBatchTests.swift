@@ -7,14 +7,8 @@ import KVSync
 import KVTestSupport
 import Testing
 
-/// The door as the daemon wires it: requests from the applier's thread are its changes.
-private final class ApplierDoor: MountSynchronizer, @unchecked Sendable {
-    var applier: MountApplier?
-
-    func remoteWrite(in context: RequestContext) -> RemoteWrite? {
-        applier?.changeBeingApplied(byThread: context.threadID).map { RemoteWrite(change: $0.change, mode: $0.mode, keyIsNew: $0.keyIsNew) }
-    }
-
+/// No remote: the batches come from the test.
+private final class NoRemote: MountSynchronizer, @unchecked Sendable {
     func synchronize() throws { throw SyncFailure.unreachable("no remote in this test") }
     func pushNow() throws { throw SyncFailure.unreachable("no remote in this test") }
     func replaceWithRemote() throws { throw SyncFailure.unreachable("no remote in this test") }
@@ -37,9 +31,9 @@ struct RemoteBatchTests {
         try store.put(.string("kept"), forKey: "kept")
         try store.put(.string("old"), forKey: "old")
         let mountpoint = directory.subdirectory("mnt")
-        let door = ApplierDoor()
-        door.applier = MountApplier(mountpoint: mountpoint, fileName: { KeyFileName.fileName(forKey: $0) }, store: store, executable: kvsfsBinary)
-        let mount = try InProcessMount(store: store, mountpoint: mountpoint, sync: door)
+        let applier = MountApplier(mountpoint: mountpoint, store: store, executable: kvsfsBinary)
+        defer { applier.stop() }
+        let mount = try InProcessMount(store: store, mountpoint: mountpoint, sync: NoRemote(), applier: applier)
         defer { mount.unmount() }
         #expect(try String(contentsOfFile: mount.path("kept"), encoding: .utf8).contains("kept"), "the kernel knows kept")
 
@@ -57,7 +51,7 @@ struct RemoteBatchTests {
             StampedChange.tombstone("old", stamp: stamp),
         ]
         let revision = store.revision
-        let changed = try await door.applier!.apply(changes, mode: .merge)
+        let changed = try await applier.apply(changes, mode: .merge)
         #expect(Set(changed) == Set(added + ["kept", "old"]))
         #expect(store.revision == revision + 1, "one commit for the whole batch: a crash keeps all of it or none")
         #expect(store.keys() == (added + ["kept"]).sorted())

@@ -1,4 +1,5 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Glibc
 
 /// The process through which the applier writes remote changes into the mount, and the wire
@@ -111,7 +112,7 @@ public final class ApplierProcess {
     func stop() {
         close(socket)
         let pid = pid
-        Thread.detachNewThread {
+        DispatchQueue.global().async {
             var status: Int32 = 0
             while waitpid(pid, &status, 0) < 0, errno == EINTR {}
         }
