@@ -89,9 +89,8 @@ final class OpenFile {
     /// A refusal given at commit to the content as it stands; writing more clears it, so
     /// that a flush of a descriptor closed early (bash's redirections) does not doom the rest.
     var commitRefusal: (any Error)?
-    /// The remote change this handle was opened to write, by whoever applies remote changes:
-    /// committed as that change, past the local quotas.
-    /// The change this handle shows, when the applier opened it (`MountApplier`).
+    /// The change this handle shows, when the applier opened it (`MountApplier`): the store
+    /// holds it already, so nothing the handle writes is committed, and no local quota applies.
     let shown: ShownChange?
     /// For a reader: the committed value as it was at its open, or at its last read from
     /// offset 0, which every read of this handle serves whole (past the page cache).
