@@ -5,6 +5,11 @@ import KVStore
 /// Cloud storage in one SQLite database (WAL), safe for several processes at once: every
 /// push is one IMMEDIATE transaction, and readers never block it.
 ///
+/// A push is answered only once it is on disk: the connection that writes runs with
+/// `synchronous = FULL`, under which SQLite in WAL mode flushes the log to disk at each commit
+/// before the commit returns. (NORMAL, which GRDB's pool gives it, flushes only at
+/// checkpoints: a power cut lost every push the remote had acknowledged since the last one.)
+///
 /// Tables: `cloudStore` (per store: the newest cursor, the usage, the limits, the history
 /// policy), `cloudChange` (per store and key: the latest accepted change and the cursor it was
 /// accepted at), `cloudVersion` (per store and key: the versions `HistoryPolicy` keeps, the
@@ -28,11 +33,11 @@ public final class SQLiteCloudStorage: CloudStorage {
             configuration.busyMode = .timeout(10)
             configuration.maximumReaderCount = readers
             configuration.prepareDatabase { db in
-                try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 try db.execute(sql: "PRAGMA cache_size = -1024")  // KiB per connection
             }
             OwnerOnlyFile.create(path)
             database = try DatabasePool(path: path, configuration: configuration)
+            try Self.commitDurably(database)
             try Self.migrator.migrate(database)
             // Read once the file is open: a file put at `path` later is not this one.
             guard let found = Self.fileID(path) else { throw CloudError.unavailable("\(path) went away as it was opened") }
@@ -43,6 +48,13 @@ public final class SQLiteCloudStorage: CloudStorage {
             throw .unavailable("\(path): \(error)")
         }
         file = opened
+    }
+
+    /// Puts the pool's writer at `synchronous = FULL` (see above): after the pool is open, since
+    /// its own set-up of WAL puts the writer at NORMAL, whatever `prepareDatabase` said. The
+    /// one place for every SQLite file a remote commits to (the server's accounts too).
+    package static func commitDurably(_ pool: DatabasePool) throws {
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
     }
 
     /// The file at `path` is not the one opened, or there is none: a remote replaced (restored
@@ -298,6 +310,12 @@ public final class SQLiteCloudStorage: CloudStorage {
         }
     }
 
+    /// The `synchronous` setting of the connection that commits pushes (2 is FULL): for tests,
+    /// which cannot cut the power.
+    package func commitSynchronous() throws(CloudError) -> Int {
+        try run { try self.database.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 } }
+    }
+
     /// Inside the push's transaction: the mark is checked against the rows the push decides by.
     private static func push(_ admission: Admission, to store: String, mark: HistoryMark?, _ db: Database) throws -> PushOutcome {
         let table = try Table(db: db, store: store)
@@ -515,10 +533,13 @@ public final class SQLiteCloudStorage: CloudStorage {
     private func run<T>(_ body: () throws -> T) throws(CloudError) -> T {
         do {
             return try body()
-        } catch let error as CloudError {
-            throw error
         } catch {
-            throw .unavailable(String(describing: error))
+            throw Self.cloudError(error)
         }
+    }
+
+    /// `error` as the remote's: one of its own as it is, the database's as unavailable.
+    private static func cloudError(_ error: any Error) -> CloudError {
+        (error as? CloudError) ?? .unavailable(String(describing: error))
     }
 }

@@ -9,6 +9,8 @@ import KVStore
 ///
 /// GRDB's calls block their thread: every one runs on `BlockingThreads.sqlite`, never on the
 /// caller's. (A push suspends in GRDB's own async write instead.)
+///
+/// A push is answered once it is on disk (`SQLiteCloudStorage`: synchronous = FULL).
 public final class SQLiteServerStorage: ServerStorage {
     private let cloud: SQLiteCloudStorage
     private let log: EmbeddedChangeLog<ContinuousClock>
@@ -50,6 +52,11 @@ public final class SQLiteServerStorage: ServerStorage {
 
     public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         try await cloud.push(changes, to: store, mark: mark)
+    }
+
+    /// The `synchronous` setting of the connection that commits pushes (2 is FULL): for tests.
+    package func commitSynchronous() async throws(CloudError) -> Int {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.commitSynchronous() }
     }
 
     public func makeStore(_ store: String, of account: String, limit: Int) async throws(CloudError) -> Bool {
@@ -104,6 +111,8 @@ public final class SQLiteAccountStorage: AccountStorage {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
             database = try DatabasePool(path: path, configuration: configuration)
+            // As the stores': a token or account answered for is on disk.
+            try SQLiteCloudStorage.commitDurably(database)
             var migrator = DatabaseMigrator()
             migrator.registerMigration("server v1 accounts and tokens") { db in
                 try db.create(table: "account") { t in
