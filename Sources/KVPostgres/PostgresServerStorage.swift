@@ -32,7 +32,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     let tokenCache = TokenCache()
     let admission: AdmissionPolicy
     /// Pushes that arrive together commit together (`PushGroups`).
-    let pushGroups = PushGroups()
+    let pushGroups = PushGroups<GroupedPush>()
     /// Stores whose row this instance has seen made (`createStores`).
     let knownStores = Mutex(Set<String>())
     /// Device names this instance kept, or found kept, by store and device (`keepNames`): a push

@@ -6,7 +6,9 @@ import KVTestSupport
 import Testing
 
 /// A push is answered only once it is on disk. What a power cut would show cannot be seen
-/// here: these tests check what makes it so on the connections that commit pushes.
+/// here: these tests check what makes it so on the connections that commit pushes, and that
+/// pushes arriving together at a server on SQLite share one commit (one flush to disk), each
+/// still with its own outcome.
 @Suite("Durable acknowledgements", .hangGuard)
 struct DurableAcknowledgementTests {
     static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
@@ -30,5 +32,59 @@ struct DurableAcknowledgementTests {
         defer { directory.remove() }
         let storage = try SQLiteServerStorage(path: directory.path + "/server.sqlite")
         #expect(try await storage.commitSynchronous() == 2)
+    }
+
+    @Test("200 pushes at once to a server on SQLite take far fewer commits, and every store holds every change")
+    func sqlitePushesShareCommits() async throws {
+        let directory = TemporaryDirectory("kvsfs-durable")
+        defer { directory.remove() }
+        let storage = try SQLiteServerStorage(path: directory.path + "/server.sqlite")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<200 {
+                group.addTask {
+                    let pushed = change("k\(i)", "v\(i)")
+                    let outcome = try await storage.push([pushed], to: "alice.s\(i % 8)")
+                    #expect(outcome.accepted == [pushed])
+                }
+            }
+            try await group.waitForAll()
+        }
+        let (transactions, pushes) = storage.pushTransactions
+        print("group commit on SQLite: 200 pushes in \(transactions) transactions")
+        #expect(pushes == 200)
+        #expect(transactions < 100)
+        for store in 0..<8 {
+            let batch = try await storage.changes(in: "alice.s\(store)", after: 0, limit: 100)
+            #expect(Set(batch.changes.map(\.key)) == Set((0..<200).filter { $0 % 8 == store }.map { "k\($0)" }))
+            #expect(batch.cursor == 25 && batch.complete)
+        }
+    }
+
+    @Test("in one commit, a push whose history mark does not fit is refused alone: the pushes before and after it are kept")
+    func refusedPushFailsAlone() async throws {
+        let directory = TemporaryDirectory("kvsfs-durable")
+        defer { directory.remove() }
+        let storage = try SQLiteCloudStorage(path: directory.path + "/cloud.sqlite")
+        _ = try storage.push([change("a", "1")], to: "s1", mark: nil)
+        let seenElsewhere = HistoryMark(key: "a", cursor: 1, stamp: ChangeStamp(time: 1, counter: 0, device: "other"))
+        let results = await storage.commit([
+            try storage.admit([change("before", "2")], to: "s2", mark: nil),
+            try storage.admit([change("b", "3")], to: "s1", mark: seenElsewhere),
+            try storage.admit([change("after", "4")], to: "s3", mark: nil),
+        ])
+        #expect(results.count == 3)
+        #expect((try? results[0].get())?.accepted.map(\.key) == ["before"])
+        #expect(results[1].isHistoryMismatch, "\(results[1])")
+        #expect((try? results[2].get())?.accepted.map(\.key) == ["after"])
+        #expect(try storage.changes(in: "s1", after: 0, limit: 10).changes.map(\.key) == ["a"], "the refused push wrote nothing")
+        #expect(try storage.changes(in: "s2", after: 0, limit: 10).changes.map(\.key) == ["before"])
+        #expect(try storage.changes(in: "s3", after: 0, limit: 10).changes.map(\.key) == ["after"])
+    }
+}
+
+extension Result<PushOutcome, CloudError> {
+    fileprivate var isHistoryMismatch: Bool {
+        guard case .failure(let error) = self else { return false }
+        return error.isHistoryMismatch
     }
 }
