@@ -1,8 +1,10 @@
 import Foundation
 import KVCloud
+import KVPostgres
 import KVServer
 import KVStore
 import KVTestSupport
+import Logging
 import Testing
 
 /// A push is answered only once it is on disk. What a power cut would show cannot be seen
@@ -79,6 +81,30 @@ struct DurableAcknowledgementTests {
         #expect(try storage.changes(in: "s1", after: 0, limit: 10).changes.map(\.key) == ["a"], "the refused push wrote nothing")
         #expect(try storage.changes(in: "s2", after: 0, limit: 10).changes.map(\.key) == ["before"])
         #expect(try storage.changes(in: "s3", after: 0, limit: 10).changes.map(\.key) == ["after"])
+    }
+
+    @Test("on a PostgreSQL database whose synchronous_commit is off, the server's pushes commit with it on")
+    func postgresCommitsDurably() async throws {
+        let directory = TemporaryDirectory("kvsfs-durable")
+        defer { directory.remove() }
+        let database = try TestDatabase(.postgres, in: directory)
+        defer { database.remove() }
+        let name = String(database.url.split(separator: "/").last ?? "")
+        let altered = try run("/usr/bin/psql", [database.url, "-v", "ON_ERROR_STOP=1", "-q", "-c",
+                                                "ALTER DATABASE \(name) SET synchronous_commit = off"])
+        #expect(altered.status == 0, "\(altered)")
+        let shown = try run("/usr/bin/psql", [database.url, "-At", "-c", "SHOW synchronous_commit"])
+        #expect(shown.standardOutput == "off\n", "a new session of the database gets off: \(shown)")
+        let storage = try await PostgresServerStorage.open(try PostgresLocation(url: database.url), logger: Logger.silent)
+        let setting: String
+        do {
+            setting = try await storage.pushSynchronousCommit()
+        } catch {
+            await storage.close()
+            throw error
+        }
+        await storage.close()
+        #expect(setting == "on")
     }
 }
 
