@@ -10,7 +10,9 @@
 # target p99 <= 250 ms), push latency, and each instance's CPU and memory (and memory per
 # watcher) over the measured window. With two instances every store has watchers on both and
 # pushes take turns, and propagation across instances is shown on its own. The generator runs
-# on the same machine, so they share its cores; its own CPU time is printed last.
+# on the same machine: with two cores or more the servers run on the first and the generator on
+# the second (taskset), else they share them; its own CPU time is printed, and last each
+# instance's pushes and the transactions that committed them (/metrics: group commit).
 set -euo pipefail
 watchers=${1:-1000}; rate=${2:-500}; seconds=${3:-30}; stores=${4:-250}; backend=${5:-sqlite}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,12 +42,17 @@ if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$needed" ]; then
     exit 2
 fi
 token=$("$kvsfs" account create load --database "$database")
+serverCore=(); generatorCore=()
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then serverCore=(taskset -c 0); generatorCore=(taskset -c 1); fi
 servers=()
 for port in $(seq 18790 $((18789 + instances))); do
-    "$kvsfs" serve --listen "127.0.0.1:$port" --database "$database" --rate-limit 0 2>/dev/null & pids+=($!)
+    "${serverCore[@]}" "$kvsfs" serve --listen "127.0.0.1:$port" --database "$database" --rate-limit 0 2>/dev/null & pids+=($!)
     servers+=(--url "http://127.0.0.1:$port" --server-pid $!)
     for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
 done
 
-"$repo/.build/release/kvsfs-load" "${servers[@]}" --token "$token" --account load \
+"${generatorCore[@]}" "$repo/.build/release/kvsfs-load" "${servers[@]}" --token "$token" --account load \
     --stores "$stores" --watchers "$watchers" --rate "$rate" --seconds "$seconds"
+for port in $(seq 18790 $((18789 + instances))); do
+    echo "  server on $port: $(curl -sf "http://127.0.0.1:$port/metrics" | grep -E '^kvsfs_push(es|_commits)_total' | tr '\n' ' ')"
+done

@@ -3,7 +3,13 @@ import GRDB
 import KVStore
 
 /// Cloud storage in one SQLite database (WAL), safe for several processes at once: every
-/// push is one IMMEDIATE transaction, and readers never block it.
+/// push is one IMMEDIATE transaction (or shares one with the pushes of its group: `commit`),
+/// and readers never block it.
+///
+/// A push is answered only once it is on disk: the connection that writes runs with
+/// `synchronous = FULL`, under which SQLite in WAL mode flushes the log to disk at each commit
+/// before the commit returns. (NORMAL, which GRDB's pool gives it, flushes only at
+/// checkpoints: a power cut lost every push the remote had acknowledged since the last one.)
 ///
 /// Tables: `cloudStore` (per store: the newest cursor, the usage, the limits, the history
 /// policy), `cloudChange` (per store and key: the latest accepted change and the cursor it was
@@ -28,11 +34,11 @@ public final class SQLiteCloudStorage: CloudStorage {
             configuration.busyMode = .timeout(10)
             configuration.maximumReaderCount = readers
             configuration.prepareDatabase { db in
-                try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 try db.execute(sql: "PRAGMA cache_size = -1024")  // KiB per connection
             }
             OwnerOnlyFile.create(path)
             database = try DatabasePool(path: path, configuration: configuration)
+            try Self.commitDurably(database)
             try Self.migrator.migrate(database)
             // Read once the file is open: a file put at `path` later is not this one.
             guard let found = Self.fileID(path) else { throw CloudError.unavailable("\(path) went away as it was opened") }
@@ -43,6 +49,13 @@ public final class SQLiteCloudStorage: CloudStorage {
             throw .unavailable("\(path): \(error)")
         }
         file = opened
+    }
+
+    /// Puts the pool's writer at `synchronous = FULL` (see above): after the pool is open, since
+    /// its own set-up of WAL puts the writer at NORMAL, whatever `prepareDatabase` said. The
+    /// one place for every SQLite file a remote commits to (the server's accounts too).
+    package static func commitDurably(_ pool: DatabasePool) throws {
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
     }
 
     /// The file at `path` is not the one opened, or there is none: a remote replaced (restored
@@ -284,18 +297,60 @@ public final class SQLiteCloudStorage: CloudStorage {
         return try run { try self.database.write { db in try Self.push(admitted, to: store, mark: mark, db) } }
     }
 
-    /// The same push, suspending the caller while it waits for the writer instead of blocking
-    /// its thread: for a server, whose request tasks share as few threads as there are cores.
-    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+    /// A push admitted (its changes checked against the change rule, its clock read), waiting
+    /// to be committed with its group (`commit`).
+    package struct AdmittedPush: Sendable {
+        package let store: String
+        package let admitted: Admission
+        package let mark: HistoryMark?
+    }
+
+    /// Admits a push for `commit`.
+    package func admit(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> AdmittedPush {
         try StoreName.check(store)
-        let admitted = ChangeAdmission.admit(changes, policy: admission)
+        return AdmittedPush(store: store, admitted: ChangeAdmission.admit(changes, policy: admission), mark: mark)
+    }
+
+    /// Commits `group` (`PushGroups`) as one transaction, one flush of the log to disk for all
+    /// of its pushes, and answers each in order. Each push is decided in a savepoint of its own
+    /// against the rows the pushes before it left: one that is refused (its mark does not fit)
+    /// or fails in the database is rolled back alone and answered with its error, and the
+    /// others commit. When the transaction fails (its commit, or an error on which SQLite rolls
+    /// back the whole transaction, such as a full disk), every push gets that error: none was
+    /// acknowledged. Suspends the caller while it waits for the writer, instead of blocking its
+    /// thread: for a server, whose request tasks share as few threads as there are cores.
+    package func commit(_ group: [AdmittedPush]) async -> [Result<PushOutcome, CloudError>] {
         do {
-            return try await database.write { db in try Self.push(admitted, to: store, mark: mark, db) }
-        } catch let error as CloudError {
-            throw error
+            return try await database.write { db in
+                var results = [Result<PushOutcome, CloudError>]()
+                for push in group {
+                    var decided: PushOutcome?
+                    do {
+                        try db.inSavepoint {
+                            decided = try Self.push(push.admitted, to: push.store, mark: push.mark, db)
+                            return .commit
+                        }
+                    } catch {
+                        // The pushes before this one went with the transaction: fail them all.
+                        guard db.isInsideTransaction else { throw error }
+                        results.append(.failure(Self.cloudError(error)))
+                        continue
+                    }
+                    guard let decided else { throw CloudError.unavailable("a push of the group was not decided") }
+                    results.append(.success(decided))
+                }
+                return results
+            }
         } catch {
-            throw .unavailable(String(describing: error))
+            let failure = Self.cloudError(error)
+            return group.map { _ in .failure(failure) }
         }
+    }
+
+    /// The `synchronous` setting of the connection that commits pushes (2 is FULL): for tests,
+    /// which cannot cut the power.
+    package func commitSynchronous() throws(CloudError) -> Int {
+        try run { try self.database.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 } }
     }
 
     /// Inside the push's transaction: the mark is checked against the rows the push decides by.
@@ -515,10 +570,13 @@ public final class SQLiteCloudStorage: CloudStorage {
     private func run<T>(_ body: () throws -> T) throws(CloudError) -> T {
         do {
             return try body()
-        } catch let error as CloudError {
-            throw error
         } catch {
-            throw .unavailable(String(describing: error))
+            throw Self.cloudError(error)
         }
+    }
+
+    /// `error` as the remote's: one of its own as it is, the database's as unavailable.
+    private static func cloudError(_ error: any Error) -> CloudError {
+        (error as? CloudError) ?? .unavailable(String(describing: error))
     }
 }

@@ -17,7 +17,7 @@ extension PostgresServerStorage {
         var keys = Array(pushedKeys.filter { !$0.utf8.contains(0) })
         if let mark, !mark.key.utf8.contains(0), !pushedKeys.contains(mark.key) { keys.append(mark.key) }
         let push = GroupedPush(store: store, admitted: admitted, pushedKeys: pushedKeys, keys: keys, mark: mark)
-        return try await pushGroups.submit(push) { [self] group in await commit(group) }
+        return try await pushGroups.submit(push, changes: admitted.entries.count) { [self] group in await commit(group) }
     }
 
     /// The names kept of `devices` in `store`; one outside the rule (written by another

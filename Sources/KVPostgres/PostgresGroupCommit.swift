@@ -349,3 +349,15 @@ struct KeyRow {
     var cursor: Int64
     var mark: HistoryMark { HistoryMark(key: change.key, cursor: cursor, stamp: change.stamp) }
 }
+
+/// One push as its group commits it: the admitted changes, and the keys whose rows decide it.
+struct GroupedPush: Sendable {
+    let store: String
+    let admitted: Admission
+    /// The keys the push writes.
+    let pushedKeys: Set<String>
+    /// The rows to read under the lock: the pushed keys and the mark's (none holding NUL,
+    /// which PostgreSQL's text cannot hold).
+    let keys: [String]
+    let mark: HistoryMark?
+}

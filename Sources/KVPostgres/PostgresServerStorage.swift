@@ -32,7 +32,7 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     let tokenCache = TokenCache()
     let admission: AdmissionPolicy
     /// Pushes that arrive together commit together (`PushGroups`).
-    let pushGroups = PushGroups()
+    let pushGroups = PushGroups<GroupedPush>()
     /// Stores whose row this instance has seen made (`createStores`).
     let knownStores = Mutex(Set<String>())
     /// Device names this instance kept, or found kept, by store and device (`keepNames`): a push
@@ -49,12 +49,18 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     public var accounts: any AccountStorage { self }
 
-    private init(location: PostgresLocation, logger: Logger, admission: AdmissionPolicy) {
+    /// `synchronousCommit`: the setting every session asks for as it connects, nil to keep the
+    /// database's (`SynchronousCommit`).
+    private init(location: PostgresLocation, logger: Logger, admission: AdmissionPolicy, synchronousCommit: String?) {
         self.location = location
         self.admission = admission
         self.logger = logger
-        let client = PostgresClient(configuration: location.clientConfiguration, backgroundLogger: logger)
-        var pushes = location.clientConfiguration
+        var configuration = location.clientConfiguration
+        if let synchronousCommit {
+            configuration.options.additionalStartupParameters.append((SynchronousCommit.parameter, synchronousCommit))
+        }
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        var pushes = configuration
         pushes.options.maximumConnections = 2
         let pushClient = PostgresClient(configuration: pushes, backgroundLogger: logger)
         self.client = client
@@ -69,16 +75,24 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     /// Connects to the database and applies the schema's migrations it lacks (see
     /// `PostgresSchema`). Pushes are admitted by `admission` (the stamp rule and its clock).
+    /// A database whose commits do not wait for the disk gets sessions that do
+    /// (`SynchronousCommit`), with a warning.
     public static func open(_ location: PostgresLocation, logger: Logger,
                             admission: AdmissionPolicy = .standard) async throws(CloudError) -> PostgresServerStorage {
-        let storage = PostgresServerStorage(location: location, logger: logger, admission: admission)
+        let setting: String
         do {
-            try await storage.migrate()
+            setting = try await migrate(location, logger)
         } catch {
-            await storage.close()
             throw Self.cloudError(error, at: location)
         }
-        return storage
+        let raised = SynchronousCommit.raised(from: setting)
+        if let raised {
+            logger.warning("""
+                the database's synchronous_commit is \(setting): kvsfs's sessions set it to \(raised), so that a push \
+                is answered only once it is on disk
+                """)
+        }
+        return PostgresServerStorage(location: location, logger: logger, admission: admission, synchronousCommit: raised)
     }
 
     public func close() async {
@@ -86,16 +100,26 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         await runner.value
     }
 
-    /// On a connection of its own, so that a failure to connect says why.
-    private func migrate() async throws {
+    /// On a connection of its own, so that a failure to connect says why. Returns the
+    /// `synchronous_commit` the database gives a session of this role.
+    private static func migrate(_ location: PostgresLocation, _ logger: Logger) async throws -> String {
         let db = try await PostgresConnection.connect(configuration: location.connectionConfiguration(), id: 0, logger: logger)
+        let setting: String
         do {
             try await PostgresSchema.migrate(db, logger: logger)
+            setting = try await SynchronousCommit.current(db, logger)
         } catch {
             try? await db.close()
             throw error
         }
         try await db.close()
+        return setting
+    }
+
+    /// The `synchronous_commit` a push's transaction runs with: for tests, which cannot cut
+    /// the power.
+    package func pushSynchronousCommit() async throws(CloudError) -> String {
+        try await run { try await pushClient.withConnection { db in try await SynchronousCommit.current(db, logger) } }
     }
 
     // MARK: - Settings

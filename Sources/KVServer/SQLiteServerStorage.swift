@@ -9,11 +9,16 @@ import KVStore
 ///
 /// GRDB's calls block their thread: every one runs on `BlockingThreads.sqlite`, never on the
 /// caller's. (A push suspends in GRDB's own async write instead.)
+///
+/// A push is answered once it is on disk (`SQLiteCloudStorage`: synchronous = FULL). Pushes
+/// that arrive together commit together (`PushGroups`), sharing one transaction and so one
+/// flush to disk, each with its own outcome.
 public final class SQLiteServerStorage: ServerStorage {
     private let cloud: SQLiteCloudStorage
     private let log: EmbeddedChangeLog<ContinuousClock>
     public let accounts: any AccountStorage
     private let threads = BlockingThreads.sqlite
+    private let pushGroups = PushGroups<SQLiteCloudStorage.AdmittedPush>()
 
     public init(path: String, admission: AdmissionPolicy = .standard) throws(CloudError) {
         // It holds the token hashes: 0600, even if an older kvsfs made it readable to others.
@@ -49,7 +54,18 @@ public final class SQLiteServerStorage: ServerStorage {
     }
 
     public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
-        try await cloud.push(changes, to: store, mark: mark)
+        let push = try cloud.admit(changes, to: store, mark: mark)
+        return try await pushGroups.submit(push, changes: push.admitted.entries.count) { [cloud] group in await cloud.commit(group) }
+    }
+
+    public var pushTransactions: (transactions: Int, pushes: Int) {
+        let committed = pushGroups.committed
+        return (committed.groups, committed.pushes)
+    }
+
+    /// The `synchronous` setting of the connection that commits pushes (2 is FULL): for tests.
+    package func commitSynchronous() async throws(CloudError) -> Int {
+        try await threads.run { [cloud] () throws(CloudError) in try cloud.commitSynchronous() }
     }
 
     public func makeStore(_ store: String, of account: String, limit: Int) async throws(CloudError) -> Bool {
@@ -104,6 +120,8 @@ public final class SQLiteAccountStorage: AccountStorage {
             var configuration = Configuration()
             configuration.busyMode = .timeout(10)
             database = try DatabasePool(path: path, configuration: configuration)
+            // As the stores': a token or account answered for is on disk.
+            try SQLiteCloudStorage.commitDurably(database)
             var migrator = DatabaseMigrator()
             migrator.registerMigration("server v1 accounts and tokens") { db in
                 try db.create(table: "account") { t in

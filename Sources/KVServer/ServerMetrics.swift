@@ -3,12 +3,16 @@ import Hummingbird
 import Prometheus
 import Synchronization
 
-/// The server's Prometheus metrics (`GET /metrics`): requests by status, pushes and the
-/// changes in them, waiting long polls (connected watchers), and how long after it was made a
-/// change reached the server (by its stamp, so client clocks count).
+/// The server's Prometheus metrics (`GET /metrics`): requests by status, pushes, the
+/// transactions that committed them and the changes in them, waiting long polls (connected
+/// watchers), and how long after it was made a change reached the server (by its stamp, so
+/// client clocks count).
 public final class ServerMetrics: Sendable {
     public let registry = PrometheusCollectorRegistry()
     let pushes: Counter
+    let pushCommits: Counter
+    /// The storage's count of push transactions that `pushCommits` shows so far.
+    private let shownCommits = Mutex(0)
     let accepted: Counter
     let refused: Counter
     let watchers: Gauge
@@ -16,6 +20,9 @@ public final class ServerMetrics: Sendable {
 
     public init() {
         pushes = registry.makeCounter(name: "kvsfs_pushes_total", help: "Push requests served.")
+        pushCommits = registry.makeCounter(
+            name: "kvsfs_push_commits_total",
+            help: "Transactions pushes were committed in (each flushed to disk before its pushes are answered): pushes arriving together share one.")
         accepted = registry.makeCounter(name: "kvsfs_changes_accepted_total", help: "Pushed changes accepted.")
         refused = registry.makeCounter(name: "kvsfs_changes_refused_total", help: "Pushed changes refused: for a quota or a rule, or because the server cannot read its row for the key.")
         watchers = registry.makeGauge(name: "kvsfs_watchers", help: "Long polls waiting for a change.")
@@ -24,6 +31,16 @@ public final class ServerMetrics: Sendable {
             buckets: [.milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
                       .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(5), .seconds(30)],
             help: "From a change's stamp to its acceptance by the server.")
+    }
+
+    /// Brings `kvsfs_push_commits_total` up to `total`, the storage's own count (it counts
+    /// what it commits; the metric is read only when scraped).
+    func showPushCommits(_ total: Int) {
+        shownCommits.withLock { shown in
+            guard total > shown else { return }
+            pushCommits.increment(by: Int64(total - shown))
+            shown = total
+        }
     }
 
     func countRequest(status: HTTPResponse.Status) {

@@ -36,6 +36,10 @@ public protocol ServerStorage: ChangeLog {
     /// have been missed (a lost connection): every waiter should look again.
     func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async
 
+    /// How many transactions pushes took, and how many pushes they held, since the storage
+    /// opened: pushes arriving together share one (`PushGroups`), and one flush to disk.
+    var pushTransactions: (transactions: Int, pushes: Int) { get }
+
     func close() async
 }
 

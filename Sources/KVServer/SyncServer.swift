@@ -81,6 +81,7 @@ public struct SyncServer: Sendable {
         router.get(RouterPath(WirePath.health)) { _, _ in "ok\n" }
         router.get(RouterPath(WirePath.metrics)) { _, _ -> Response in
             metrics.watchers.set(Double(notifier.waiting))
+            metrics.showPushCommits(storage.pushTransactions.transactions)
             let text = metrics.registry.emitToBuffer()
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"],
                             body: .init(byteBuffer: ByteBuffer(bytes: text)))

@@ -163,7 +163,7 @@ struct ServerTests {
         }
     }
 
-    @Test("a token over its rate limit gets 429 with Retry-After; /metrics reports requests, pushes and watchers")
+    @Test("a token over its rate limit gets 429 with Retry-After; /metrics reports requests, pushes, their commits and watchers")
     func rateLimitAndMetrics() throws {
         let dir = TemporaryDirectory("kvsfs-server")
         defer { dir.remove() }
@@ -182,6 +182,7 @@ struct ServerTests {
         #expect(result.standardOutput.contains(#"kvsfs_requests_total{status="429"}"#))
         #expect(result.standardOutput.contains("kvsfs_watchers 0"))
         #expect(result.standardOutput.contains("kvsfs_pushes_total 0"))
+        #expect(result.standardOutput.contains("kvsfs_push_commits_total 0"), "transactions that committed pushes: \(result)")
     }
 
     @Test("a mount with a read-only token gets the administrator's values and refuses local writes with EROFS")

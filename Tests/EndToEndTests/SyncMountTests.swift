@@ -76,6 +76,21 @@ struct SyncMountTests {
         }
     }
 
+    @Test("fsync of the mount's root returns once the remote holds every change pending: its file has them at once, and they read synced")
+    func fsyncOfRootWaitsForTheRemote() throws {
+        try withTwoMounts { (a, _, dir) throws in
+            let result = try shell("""
+                for i in $(seq 20); do echo "value-$i" > \(a.mountpoint)/k$i || exit 8; done
+                sync \(a.mountpoint); echo "fsync=$?"
+                echo "remote=$(sqlite3 \(dir.path)/cloud/cloud.sqlite "SELECT count(*) FROM cloudChange WHERE CAST(value AS TEXT) LIKE '%value-%'")"
+                echo "synced=$(for i in $(seq 20); do getfattr --only-values -n user.kvsfs.sync \(a.mountpoint)/k$i; echo; done | sort | uniq -c | tr -s ' ')"
+                """)
+            #expect(result.standardOutput.contains("fsync=0"), "\(result)")
+            #expect(result.standardOutput.contains("remote=20\n"), "every change is in the remote's file when fsync returns: \(result)")
+            #expect(result.standardOutput.contains("synced= 20 synced\n"), "\(result)")
+        }
+    }
+
     @Test("an offline mount keeps its writes pending, kvsfs sync fails clearly, and both catch up once the remote is reachable")
     func offlineCatchUp() throws {
         try withTwoMounts(offline: true) { (a, b, dir) throws in

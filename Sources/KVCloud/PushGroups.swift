@@ -1,23 +1,24 @@
-import KVCloud
 import Synchronization
 
 /// Group commit: pushes that arrive while a group is being committed wait together and then
-/// commit as the next group, one transaction and one WAL flush for all of them, from any
-/// stores. Each push is answered only once its group's transaction has committed (or with the
-/// group's error when it did not).
+/// commit as the next group, one transaction and one flush to disk for all of them, from any
+/// stores. Each push is answered only once its group's transaction has committed, with its own
+/// outcome or its own error: the storage's `commit` decides each push on its own (a refused
+/// push fails alone) and fails them all only when the transaction itself fails. The one owner
+/// of the batching rule for every server storage (SQLite and PostgreSQL).
 ///
-/// Invariants: at most one group is committing at a time (in this instance); pushes are
+/// Invariants: at most one group is committing at a time (per `PushGroups`); pushes are
 /// committed in the order they arrived; a group holds at most `maxChanges` changes (a push
-/// larger than that commits alone), which bounds a transaction's work, not its statements
-/// (they send arrays, whatever their length).
-final class PushGroups: Sendable {
+/// larger than that commits alone), which bounds a transaction's work.
+package final class PushGroups<Push: Sendable>: Sendable {
     /// A push waiting for its group.
-    struct Waiting: Sendable {
-        let push: GroupedPush
+    private struct Waiting: Sendable {
+        let push: Push
+        let changes: Int
         let answer: CheckedContinuation<Result<PushOutcome, CloudError>, Never>
     }
 
-    static let maxChanges = 4096
+    package static var maxChanges: Int { 4096 }
 
     private struct Queue {
         var waiting: [Waiting] = []
@@ -28,15 +29,19 @@ final class PushGroups: Sendable {
     /// Groups committed (or failed) and the pushes in them, since the storage opened.
     private let tally = Mutex((groups: 0, pushes: 0))
 
-    var committed: (groups: Int, pushes: Int) { tally.withLock { $0 } }
+    package init() {}
 
-    /// Queues `push` and returns its outcome once its group has committed. `commit` commits a
-    /// group and answers each of its pushes, in order.
-    func submit(_ push: GroupedPush,
-                commit: @escaping @Sendable ([GroupedPush]) async -> [Result<PushOutcome, CloudError>]) async throws(CloudError) -> PushOutcome {
+    /// How many transactions pushes took, and how many pushes they held: pushes per
+    /// transaction is what group commit saves.
+    package var committed: (groups: Int, pushes: Int) { tally.withLock { $0 } }
+
+    /// Queues `push` (of `changes` changes) and returns its outcome once its group has
+    /// committed. `commit` commits a group and answers each of its pushes, in order.
+    package func submit(_ push: Push, changes: Int,
+                        commit: @escaping @Sendable ([Push]) async -> [Result<PushOutcome, CloudError>]) async throws(CloudError) -> PushOutcome {
         let result = await withCheckedContinuation { answer in
             let leads = queue.withLock { queue in
-                queue.waiting.append(Waiting(push: push, answer: answer))
+                queue.waiting.append(Waiting(push: push, changes: changes, answer: answer))
                 if queue.committing { return false }
                 queue.committing = true
                 return true
@@ -47,7 +52,7 @@ final class PushGroups: Sendable {
     }
 
     /// Commits groups until none waits.
-    private func drain(_ commit: @Sendable ([GroupedPush]) async -> [Result<PushOutcome, CloudError>]) async {
+    private func drain(_ commit: @Sendable ([Push]) async -> [Result<PushOutcome, CloudError>]) async {
         while true {
             let group = queue.withLock { queue in
                 let group = Self.nextGroup(of: queue.waiting)
@@ -69,22 +74,10 @@ final class PushGroups: Sendable {
         var changes = 0
         var count = 0
         for item in waiting {
-            changes += item.push.admitted.entries.count
+            changes += item.changes
             if count > 0, changes > maxChanges { break }
             count += 1
         }
         return Array(waiting.prefix(count))
     }
-}
-
-/// One push as its group commits it: the admitted changes, and the keys whose rows decide it.
-struct GroupedPush: Sendable {
-    let store: String
-    let admitted: Admission
-    /// The keys the push writes.
-    let pushedKeys: Set<String>
-    /// The rows to read under the lock: the pushed keys and the mark's (none holding NUL,
-    /// which PostgreSQL's text cannot hold).
-    let keys: [String]
-    let mark: HistoryMark?
 }
