@@ -14,6 +14,10 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A server refused the token (401: unknown or revoked; 403: it does not reach the store,
     /// or may only read it): retrying does not help until the token changes.
     case notAuthorized(String)
+    /// A server holds as many stores for the account as it keeps (its 403 marked
+    /// `Kvsfs-Refusal: store-limit`, `kvsfs serve --max-stores-per-account`), and the push
+    /// would make another: retrying does not help until a store goes or the limit is raised.
+    case storeLimit(String)
     /// The request itself was refused (a malformed request, an unknown store): retrying does
     /// not help until something changes.
     case refused(String)
@@ -37,7 +41,7 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     public var reason: String {
         switch self {
         case .unavailable(let reason), .unreachable(_, let reason), .busy(_, let reason), .notAuthorized(let reason),
-             .refused(let reason), .historyMismatch(let reason): reason
+             .storeLimit(let reason), .refused(let reason), .historyMismatch(let reason): reason
         default: description
         }
     }
@@ -57,6 +61,8 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
         case .busy(let after, let reason):
             "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
         case .notAuthorized(let reason): "the server refused this token: \(reason)"
+        // The server's words name the limit, the account and the store.
+        case .storeLimit(let reason): reason
         case .refused(let reason): "the remote refused: \(reason)"
         case .invalidStoreName(let name): "invalid store name \(name)"
         case .cursorAhead(let asked, let store):

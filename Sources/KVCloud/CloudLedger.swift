@@ -7,8 +7,8 @@ package struct CloudStoreState: Sendable {
     package var usage: QuotaUsage
     /// The cursor of the store's newest accepted change.
     package var cursor: Int64
-    /// The bytes the store keeps for its keys' open conflicts, as stored
-    /// (`KeptChangeList.storedBytes`, counted by the storage's triggers): at most
+    /// The bytes the store keeps for its keys' open conflicts, as stored (`KeptLayout.bytes`,
+    /// counted by the storage's triggers): at most
     /// `limits.totalBytes` (`CloudLedger.checkKeptBytes`).
     package var keptBytes: Int
 
@@ -48,8 +48,10 @@ package enum CloudLedger {
     /// text cannot); when not, such a change is refused, so that it cannot hold up the others.
     /// `unreadable`: keys whose stored row cannot be read (a row another program wrote), with
     /// why; their changes are refused (`Refusal.rowUnreadable`), so that the others go through.
+    /// `kept`: how the storage keeps the changes that lost, which says what they count against
+    /// the store's allowance for them (`CloudStoreState.keptBytes`, which its triggers keep).
     package static func decide(_ admission: Admission, current: [String: StampedChange], state: CloudStoreState,
-                               storesNUL: Bool = true, unreadable: [String: String] = [:]) -> PushDecision {
+                               storesNUL: Bool = true, unreadable: [String: String] = [:], kept layout: KeptLayout = .list) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
         var latest = current
         // Whether a row this push writes is not a change as the pusher sent it.
@@ -100,7 +102,7 @@ package enum CloudLedger {
                     if lost != current.lost {
                         // Kept outside the values' quotas: at most one value per device, and
                         // all the store keeps so at most its total quota.
-                        let grown = lost.keptBytes - current.lost.keptBytes
+                        let grown = layout.bytes(lost) - layout.bytes(current.lost)
                         do {
                             if !change.isTombstone { try ledger.checkValueSize(change.size) }
                             try Self.checkKept(lost)
@@ -132,7 +134,7 @@ package enum CloudLedger {
                 lost = ConflictRule.losers(current.lost + (concurrent ? [current.kept] : []), winner: change, pushed: change)
             }
             let usage = decision.state.usage
-            let grown = lost.keptBytes - (current?.lost.keptBytes ?? 0)
+            let grown = layout.bytes(lost) - layout.bytes(current?.lost ?? [])
             let wasLive = current.map { !$0.isTombstone } ?? false
             let after = QuotaUsage(
                 bytes: usage.bytes + change.size - (current?.size ?? 0),
@@ -203,10 +205,22 @@ extension CloudLedger {
     }
 }
 
-extension [KeptChange] {
-    /// What the changes count against the store's allowance for kept conflicts: the bytes a
-    /// row stores for them.
-    var keptBytes: Int { KeptChangeList.storedBytes(self) }
+/// How a storage keeps a key's changes that lost, and so what they count against the store's
+/// allowance for them: the bytes it stores for them, as its triggers count them.
+package enum KeptLayout: Sendable {
+    /// Beside the key's change in its row, the newest's value in a column and the others as a
+    /// list (`KeptChangeList`): the memory and SQLite storages.
+    case list
+    /// Each in a row of its own: PostgreSQL's `kvsfs_lost` (migration v8), whose triggers
+    /// count each row's value (the twin of `bytes` in SQL).
+    case rows
+
+    package func bytes(_ lost: [KeptChange]) -> Int {
+        switch self {
+        case .list: KeptChangeList.storedBytes(lost)
+        case .rows: lost.reduce(0) { $0 + $1.size }
+        }
+    }
 }
 
 /// Store ids: the local store's rule.

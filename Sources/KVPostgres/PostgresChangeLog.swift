@@ -43,30 +43,54 @@ extension PostgresServerStorage {
         try StoreName.check(store)
         if let mark { try mark.check(newest: try await self.cursor(of: store), held: try await self.mark(in: store, key: mark.key)) }
         var batch = try await run {
+            // Each key at its row's cursor or, when a change that lost to it was kept since, at
+            // the newest such loser's (the winner given again, migration v8): keys given again
+            // after `cursor` come from kvsfs_lost's index. Then one row per key and loser.
             let rows = try await client.query("""
-                SELECT key, value, type, time, counter, device, cursor, lost_value, lost_type, lost_time, lost_counter, lost_device,
-                       also_lost
-                FROM kvsfs_change WHERE store = \(store) AND cursor > \(cursor) ORDER BY cursor LIMIT \(limit + 1)
+                WITH moved AS (
+                    SELECT l.key, max(l.cursor) AS cursor FROM kvsfs_lost l
+                    JOIN kvsfs_change c ON c.store = l.store AND c.key = l.key
+                        AND (c.time, c.counter, c.device) = (l.lost_for_time, l.lost_for_counter, l.lost_for_device)
+                    WHERE l.store = \(store) AND l.cursor > \(cursor) GROUP BY l.key),
+                page AS (
+                    SELECT key, cursor FROM (
+                        SELECT c.key, greatest(c.cursor, m.cursor) AS cursor FROM kvsfs_change c LEFT JOIN moved m ON m.key = c.key
+                        WHERE c.store = \(store) AND c.cursor > \(cursor)
+                        UNION ALL
+                        SELECT m.key, m.cursor FROM moved m JOIN kvsfs_change c ON c.store = \(store) AND c.key = m.key
+                        WHERE c.cursor <= \(cursor)) at
+                    ORDER BY cursor LIMIT \(limit + 1))
+                SELECT c.key, c.value, c.type, c.time, c.counter, c.device, p.cursor, l.value, l.type, l.time, l.counter, l.device
+                FROM page p JOIN kvsfs_change c ON c.store = \(store) AND c.key = p.key
+                LEFT JOIN kvsfs_lost l ON l.store = c.store AND l.key = c.key
+                    AND (l.lost_for_time, l.lost_for_counter, l.lost_for_device) = (c.time, c.counter, c.device)
+                ORDER BY p.cursor
                 """, logger: logger)
+            var keyed = [(cursor: Int64, change: StampedChange, lost: [LostRow])]()
+            for try await row in rows.decode(ChangeRow.self) {
+                let lost = row.9.map { LostRow(value: row.7, type: row.8, time: $0, counter: row.10, device: row.11) }
+                if let last = keyed.last, last.cursor == row.6 {
+                    if let lost { keyed[keyed.count - 1].lost.append(lost) }
+                    continue
+                }
+                let change = StampedChange(key: row.0, value: row.1, type: row.2.flatMap(ValueType.init(rawValue:)),
+                                           stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
+                keyed.append((row.6, change, lost.map { [$0] } ?? []))
+            }
+            let more = keyed.count > limit
             var changes = [StampedChange]()
             var unreadable = [String]()
             var last = cursor
-            var more = false
-            for try await row in rows.decode(ChangeRow.self) {
-                if changes.count == limit {
-                    more = true
-                    continue
-                }
-                var change = StampedChange(key: row.0, value: row.1, type: row.2.flatMap(ValueType.init(rawValue:)),
-                                           stamp: ChangeStamp(time: row.3, counter: row.4, device: row.5))
+            for (at, change, lost) in keyed.prefix(limit) {
+                var change = change
                 do {
-                    change.lost = try Self.lost(value: row.7, type: row.8, time: row.9, counter: row.10, device: row.11, earlier: row.12)
+                    change.lost = try Self.kept(lost)
                 } catch {
                     // The change goes on without it: a broken conflict never holds its winner back.
-                    unreadable.append("the conflict kept with the row at cursor \(row.6) cannot be read: \(error)")
+                    unreadable.append("the conflict kept with the row at cursor \(at) cannot be read: \(error)")
                 }
                 changes.append(change)
-                last = row.6
+                last = at
             }
             let mark = changes.last.map { HistoryMark(key: $0.key, cursor: last, stamp: $0.stamp) }
             if changes.isEmpty {
@@ -86,8 +110,12 @@ extension PostgresServerStorage {
         // PostgreSQL's text holds no NUL: no row can have such a key.
         guard !key.utf8.contains(0) else { return nil }
         return try await run {
+            // At its newest loser's cursor when one was kept since (migration v8).
             let rows = try await client.query("""
-                SELECT time, counter, device, cursor FROM kvsfs_change WHERE store = \(store) AND key = \(key)
+                SELECT c.time, c.counter, c.device, greatest(c.cursor, (
+                    SELECT max(l.cursor) FROM kvsfs_lost l WHERE l.store = c.store AND l.key = c.key
+                        AND (l.lost_for_time, l.lost_for_counter, l.lost_for_device) = (c.time, c.counter, c.device)))
+                FROM kvsfs_change c WHERE c.store = \(store) AND c.key = \(key)
                 """, logger: logger)
             for try await (time, counter, device, cursor) in rows.decode((Int64, Int32, String, Int64).self) {
                 return HistoryMark(key: key, cursor: cursor, stamp: ChangeStamp(time: time, counter: counter, device: device))
@@ -171,23 +199,29 @@ extension PostgresServerStorage {
         }
     }
 
-    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64, Data?, String?, Int64?, Int32?, String?, Data?)
+    private typealias ChangeRow = (String, Data?, String?, Int64, Int32, String, Int64, Data?, String?, Int64?, Int32?, String?)
 
-    /// A key's open conflict from its `lost_…` and `also_lost` columns (`KeptChangeList`),
-    /// newest first; none when it has none. Another program's columns outside the list's rule
-    /// are an error; whoever takes the changes in checks each against the change rule.
-    static func lost(value: Data?, type: String?, time: Int64?, counter: Int32?, device: String?, earlier: Data?) throws -> [KeptChange] {
-        guard let time, let counter, let device else {
-            guard value == nil, type == nil, time == nil, counter == nil, device == nil else {
-                throw UnreadableConflict("its conflict's stamp is not whole")
+    /// A row of `kvsfs_lost` as read: a change that lost to its key's change.
+    struct LostRow {
+        var value: Data?
+        var type: String?
+        var time: Int64
+        var counter: Int32?
+        var device: String?
+    }
+
+    /// A key's open conflict from its rows in `kvsfs_lost`, newest first (`KeptChangeList`'s
+    /// rule); none when it has none. Rows outside the rule (another program's) are an error;
+    /// whoever takes the changes in checks each against the change rule.
+    static func kept(_ rows: [LostRow]) throws -> [KeptChange] {
+        let lost = try rows.map { row in
+            guard let counter = row.counter, let device = row.device else { throw UnreadableConflict("its conflict's stamp is not whole") }
+            let type = try row.type.map { name in
+                guard let type = ValueType(rawValue: name) else { throw UnreadableConflict("its type \(name.debugDescription) is unknown") }
+                return type
             }
-            return try KeptChangeList.decode(newest: nil, earlier: earlier)
+            return KeptChange(value: row.value, type: type, stamp: ChangeStamp(time: row.time, counter: counter, device: device))
         }
-        let valueType = try type.map { name in
-            guard let type = ValueType(rawValue: name) else { throw UnreadableConflict("its type \(name.debugDescription) is unknown") }
-            return type
-        }
-        let newest = KeptChange(value: value, type: valueType, stamp: ChangeStamp(time: time, counter: counter, device: device))
-        return try KeptChangeList.decode(newest: newest, earlier: earlier)
+        return try KeptChangeList.checked(lost.sorted { $0.stamp > $1.stamp })
     }
 }

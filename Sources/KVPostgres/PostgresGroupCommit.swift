@@ -61,7 +61,7 @@ extension PostgresServerStorage {
                 continue
             }
             let current = rows.filter { push.pushedKeys.contains($0.key) }.mapValues(\.change)
-            let decision = CloudLedger.decide(push.admitted, current: current, state: state, storesNUL: false)
+            let decision = CloudLedger.decide(push.admitted, current: current, state: state, storesNUL: false, kept: .rows)
             for write in decision.writes {
                 let (change, cursor) = (write.change, write.cursor)
                 // A key whose removal was accepted longer ago than the retention time has no
@@ -211,54 +211,80 @@ extension PostgresServerStorage {
         let key: String
     }
 
-    /// Every accepted write as a version of its key, and each key's latest (the one accepted
-    /// at its highest cursor) as its row, in one statement of any number of rows, as arrays:
-    /// ten parameters, whatever the group's size, each value sent once.
+    /// Every accepted write as a version of its key, each key's latest change (the one accepted
+    /// at its highest cursor) as its row, and the changes that lost to it as rows of
+    /// `kvsfs_lost` (migration v8), in one statement of any number of rows each, as arrays.
+    ///
+    /// A key given again with a conflict and no new change keeps its row as it is: only the
+    /// changes that lost which it did not keep before are inserted (at the cursor it is given
+    /// again at, which reads take as the key's), those it no longer keeps deleted; no other row
+    /// is written. Only when none was inserted does its row take the new cursor. A key with a
+    /// new change has its row written; the row's trigger drops what lost to the change before,
+    /// and the new change's losers are written after it.
     private static func write(_ rows: [(store: String, row: KeyRow, acceptedAt: Int64, isVersion: Bool)], _ db: PostgresConnection,
                               _ logger: Logger) async throws {
+        var finals = [RowKey: (change: StampedChange, cursor: Int64, versioned: Bool)]()
+        for written in rows {
+            let key = RowKey(store: written.store, key: written.row.change.key)
+            let versioned = written.isVersion || (finals[key]?.versioned ?? false)
+            finals[key] = (written.row.change, written.row.cursor, versioned)
+        }
         let changes = rows.map(\.row.change)
-        let lost = changes.map(\.lost.first)
-        let earlierLost = try changes.map { ByteBuffer(bytes: try KeptChangeList.encode($0.lost) ?? Data()) }
-        // bytea[], text[] and bigint[] hold no NULL here: a tombstone and a missing conflict are
-        // flagged, a missing type is ''.
+        // The last write of each key with a new change is its row.
+        let isRow = rows.map { written in
+            let final = finals[RowKey(store: written.store, key: written.row.change.key)]!
+            return final.versioned && final.cursor == written.row.cursor
+        }
+        // bytea[] and text[] hold no NULL here: a tombstone is flagged, a missing type is ''.
+        if rows.contains(where: \.isVersion) {
+            try await db.query("""
+                WITH written AS (
+                    SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END AS value, NULLIF(type, '') AS type,
+                           time, counter, device, cursor, accepted_at, is_version, is_row
+                    FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
+                            \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
+                            \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
+                            \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[],
+                            \(rows.map(\.acceptedAt))::bigint[], \(rows.map(\.isVersion))::bool[], \(isRow)::bool[])
+                        AS row(store, key, value, tombstone, type, time, counter, device, cursor, accepted_at, is_version, is_row)),
+                versions AS (
+                    INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
+                    SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written WHERE is_version)
+                INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor)
+                SELECT store, key, value, type, time, counter, device, cursor FROM written WHERE is_row
+                ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
+                    counter = excluded.counter, device = excluded.device, cursor = excluded.cursor
+                """, logger: logger)
+        }
+        // The keys given again without a new change, and those whose new change has losers.
+        let conflicted = finals.filter { !$0.value.versioned || !$0.value.change.lost.isEmpty }.sorted { ($0.key.store, $0.key.key) < ($1.key.store, $1.key.key) }
+        guard !conflicted.isEmpty else { return }
+        let lost = conflicted.flatMap { key, final in final.change.lost.map { (key: key, winner: final.change.stamp, cursor: final.cursor, change: $0) } }
         try await db.query("""
-            WITH written AS (
-                SELECT store, key, CASE WHEN tombstone THEN NULL ELSE value END AS value, NULLIF(type, '') AS type,
-                       time, counter, device, cursor, accepted_at, is_version,
-                       CASE WHEN has_lost AND NOT lost_removal THEN lost_value END AS lost_value,
-                       CASE WHEN has_lost THEN NULLIF(lost_type, '') END AS lost_type,
-                       CASE WHEN has_lost THEN lost_time END AS lost_time, CASE WHEN has_lost THEN lost_counter END AS lost_counter,
-                       CASE WHEN has_lost THEN lost_device END AS lost_device,
-                       CASE WHEN has_lost THEN NULLIF(also_lost, ''::bytea) END AS also_lost,
-                       CASE WHEN has_lost THEN time END AS lost_for_time, CASE WHEN has_lost THEN counter END AS lost_for_counter,
-                       CASE WHEN has_lost THEN device END AS lost_for_device
-                FROM unnest(\(rows.map(\.store))::text[], \(changes.map(\.key))::text[],
-                        \(changes.map { ByteBuffer(bytes: $0.value ?? Data()) })::bytea[], \(changes.map { $0.value == nil })::bool[],
-                        \(changes.map { $0.type?.rawValue ?? "" })::text[], \(changes.map(\.stamp.time))::bigint[],
-                        \(changes.map(\.stamp.counter))::int[], \(changes.map(\.stamp.device))::text[], \(rows.map(\.row.cursor))::bigint[],
-                        \(rows.map(\.acceptedAt))::bigint[], \(rows.map(\.isVersion))::bool[], \(lost.map { $0 != nil })::bool[],
-                        \(lost.map { ByteBuffer(bytes: $0?.value ?? Data()) })::bytea[], \(lost.map { $0?.value == nil })::bool[],
-                        \(lost.map { $0?.type?.rawValue ?? "" })::text[], \(lost.map { $0?.stamp.time ?? 0 })::bigint[],
-                        \(lost.map { $0?.stamp.counter ?? 0 })::int[], \(lost.map { $0?.stamp.device ?? "" })::text[],
-                        \(earlierLost)::bytea[])
-                    AS row(store, key, value, tombstone, type, time, counter, device, cursor, accepted_at, is_version,
-                           has_lost, lost_value, lost_removal, lost_type, lost_time, lost_counter, lost_device, also_lost)),
-            versions AS (
-                INSERT INTO kvsfs_version (store, key, cursor, value, type, time, counter, device, accepted_at)
-                SELECT store, key, cursor, value, type, time, counter, device, accepted_at FROM written WHERE is_version)
-            INSERT INTO kvsfs_change (store, key, value, type, time, counter, device, cursor,
-                                      lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost,
-                                      lost_for_time, lost_for_counter, lost_for_device)
-            SELECT DISTINCT ON (store, key) store, key, value, type, time, counter, device, cursor,
-                   lost_value, lost_type, lost_time, lost_counter, lost_device, also_lost,
-                   lost_for_time, lost_for_counter, lost_for_device FROM written
-            ORDER BY store, key, cursor DESC
-            ON CONFLICT (store, key) DO UPDATE SET value = excluded.value, type = excluded.type, time = excluded.time,
-                counter = excluded.counter, device = excluded.device, cursor = excluded.cursor,
-                lost_value = excluded.lost_value, lost_type = excluded.lost_type, lost_time = excluded.lost_time,
-                lost_counter = excluded.lost_counter, lost_device = excluded.lost_device, also_lost = excluded.also_lost,
-                lost_for_time = excluded.lost_for_time, lost_for_counter = excluded.lost_for_counter,
-                lost_for_device = excluded.lost_for_device
+            WITH k AS (
+                SELECT * FROM unnest(\(conflicted.map(\.key.store))::text[], \(conflicted.map(\.key.key))::text[],
+                                     \(conflicted.map(\.value.cursor))::bigint[], \(conflicted.map { !$0.value.versioned })::bool[])
+                    AS k(store, key, cursor, given_again)),
+            kept AS (
+                SELECT store, key, time, counter, device, CASE WHEN removal THEN NULL ELSE value END AS value, NULLIF(type, '') AS type,
+                       for_time, for_counter, for_device, cursor
+                FROM unnest(\(lost.map(\.key.store))::text[], \(lost.map(\.key.key))::text[], \(lost.map(\.change.stamp.time))::bigint[],
+                            \(lost.map(\.change.stamp.counter))::int[], \(lost.map(\.change.stamp.device))::text[],
+                            \(lost.map { ByteBuffer(bytes: $0.change.value ?? Data()) })::bytea[], \(lost.map { $0.change.value == nil })::bool[],
+                            \(lost.map { $0.change.type?.rawValue ?? "" })::text[], \(lost.map(\.winner.time))::bigint[],
+                            \(lost.map(\.winner.counter))::int[], \(lost.map(\.winner.device))::text[], \(lost.map(\.cursor))::bigint[])
+                    AS kept(store, key, time, counter, device, value, removal, type, for_time, for_counter, for_device, cursor)),
+            dropped AS (
+                DELETE FROM kvsfs_lost l USING k WHERE l.store = k.store AND l.key = k.key AND NOT EXISTS (
+                    SELECT 1 FROM kept WHERE kept.store = l.store AND kept.key = l.key
+                        AND kept.time = l.time AND kept.counter = l.counter AND kept.device = l.device)),
+            added AS (
+                INSERT INTO kvsfs_lost (store, key, time, counter, device, value, type, lost_for_time, lost_for_counter, lost_for_device, cursor)
+                SELECT store, key, time, counter, device, value, type, for_time, for_counter, for_device, cursor FROM kept
+                ON CONFLICT DO NOTHING RETURNING store, key)
+            UPDATE kvsfs_change c SET cursor = k.cursor FROM k
+            WHERE k.given_again AND c.store = k.store AND c.key = k.key
+                AND NOT EXISTS (SELECT 1 FROM added a WHERE a.store = k.store AND a.key = k.key)
             """, logger: logger)
     }
 
@@ -308,35 +334,50 @@ extension PostgresServerStorage {
                        history_versions, history_days, history_swept_at, kept_bytes, history_bytes FROM kvsfs_store
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
-                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, l.history_bytes, c.key, c.value, c.type, c.time, c.counter, c.device, c.cursor,
-                   c.lost_value, c.lost_type, c.lost_time, c.lost_counter, c.lost_device, c.also_lost
+                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, l.history_bytes, c.key, c.value, c.type, c.time, c.counter, c.device, c.at,
+                   k.value, k.type, k.time, k.counter, k.device
             FROM locked l LEFT JOIN LATERAL (
-                SELECT c.* FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
+                SELECT c.key, c.value, c.type, c.time, c.counter, c.device, c.store, greatest(c.cursor, (
+                    SELECT max(x.cursor) FROM kvsfs_lost x WHERE x.store = c.store AND x.key = c.key
+                        AND (x.lost_for_time, x.lost_for_counter, x.lost_for_device) = (c.time, c.counter, c.device))) AS at
+                FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
+            LEFT JOIN kvsfs_lost k ON k.store = c.store AND k.key = c.key
+                AND (k.lost_for_time, k.lost_for_counter, k.lost_for_device) = (c.time, c.counter, c.device)
             """, logger: logger)
         var locked = Locked()
+        // One row per store, key and change that lost to the key's: each key's are gathered,
+        // then read as its conflict.
+        var lostRows = [RowKey: [LostRow]]()
         for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int, Int,
                                           String?, Data?, String?, Int64?, Int32?, String?, Int64?,
-                                          Data?, String?, Int64?, Int32?, String?, Data?).self) {
+                                          Data?, String?, Int64?, Int32?, String?).self) {
             let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt, keptBytes, historyBytes,
-                 key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice,
-                 earlierLost) = row
+                 key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor, keptBytes: keptBytes)
             locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt,
                                                     bytes: historyBytes)
             if let key, let time, let counter, let device, let keyCursor {
-                var change = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
-                                           stamp: ChangeStamp(time: time, counter: counter, device: device))
-                do {
-                    change.lost = try PostgresServerStorage.lost(value: lostValue, type: lostType, time: lostTime, counter: lostCounter,
-                                                                 device: lostDevice, earlier: earlierLost)
-                } catch {
-                    // Another program's columns: no conflict, which the push decides anew.
-                    change.lost = []
+                if locked.rows[store]?[key] == nil {
+                    let change = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
+                                               stamp: ChangeStamp(time: time, counter: counter, device: device))
+                    locked.rows[store, default: [:]][key] = KeyRow(change: change, cursor: keyCursor)
                 }
-                locked.rows[store, default: [:]][key] = KeyRow(change: change, cursor: keyCursor)
+                if let lostTime {
+                    lostRows[RowKey(store: store, key: key), default: []].append(
+                        LostRow(value: lostValue, type: lostType, time: lostTime, counter: lostCounter, device: lostDevice))
+                }
+            }
+        }
+        for (key, lost) in lostRows {
+            do {
+                locked.rows[key.store]?[key.key]?.change.lost = try PostgresServerStorage.kept(lost)
+            } catch {
+                // Another program's rows: no conflict, which the push decides anew (and its
+                // write replaces those rows).
+                locked.rows[key.store]?[key.key]?.change.lost = []
             }
         }
         return locked

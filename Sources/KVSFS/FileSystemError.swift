@@ -107,6 +107,7 @@ public enum ErrnoMapping {
             case .unavailable: return EIO
             case .busy: return EAGAIN
             case .authorizationRefused: return EACCES
+            case .storeLimit: return EDQUOT
             }
         case let error as Errno:
             return error.rawValue

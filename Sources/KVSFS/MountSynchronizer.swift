@@ -80,6 +80,9 @@ public enum SyncFailure: Error, Equatable, Sendable {
     case busy(String)
     /// The sync server refused the mount's token (unknown, revoked, or not for this store).
     case authorizationRefused(String)
+    /// The sync server holds as many stores for the account as it keeps, and this store is
+    /// not one of them.
+    case storeLimit(String)
 }
 
 extension SyncFailure: CustomStringConvertible {
@@ -91,6 +94,7 @@ extension SyncFailure: CustomStringConvertible {
         case .unavailable(let reason): "the remote could not serve: \(reason)"
         case .busy(let reason): "the remote is busy: \(reason)"
         case .authorizationRefused(let reason): "the server refused this token: \(reason)"
+        case .storeLimit(let reason): reason
         }
     }
 }

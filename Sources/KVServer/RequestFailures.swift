@@ -38,6 +38,10 @@ extension SyncServer {
                 throw HTTPError(.conflict, message: error.description)
             case .refused(let reason): throw HTTPError(.badRequest, message: reason)
             case .notAuthorized(let reason): throw HTTPError(.forbidden, message: reason)
+            // 403 as before (a 409 would make the client resynchronise), marked so that a
+            // client tells it from a refused token.
+            case .storeLimit(let reason):
+                throw HTTPError(.forbidden, headers: [.init(RefusalHeader.name)!: RefusalHeader.storeLimit], message: reason)
             case .busy(let after, _):
                 let seconds = after.map { max(1, $0.components.seconds) } ?? 1
                 logger.warning("answered 503, the storage is busy: \(error.reason)")

@@ -26,8 +26,8 @@ final class StoreCap: Sendable {
     func admit(_ store: AddressedStore, storage: any ServerStorage) async throws(CloudError) {
         if held.withLock({ $0.contains(store.name) }) { return }
         guard try await storage.makeStore(store.name, of: store.account, limit: limit) else {
-            throw .notAuthorized("account \(store.account) holds \(limit) stores, the most this server keeps for one account "
-                                 + "(--max-stores-per-account): store \(store.shown) is not made")
+            throw .storeLimit("the server holds its limit of \(limit) stores for account \(store.account) "
+                              + "(--max-stores-per-account): store \(store.shown) is not made")
         }
         held.withLock { _ = $0.insert(store.name) }
     }

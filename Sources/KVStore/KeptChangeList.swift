@@ -44,7 +44,14 @@ public enum KeptChangeList {
         } catch {
             throw UnreadableConflict("its earlier changes that lost are not a list of changes")
         }
-        let lost = [newest] + list
+        return try checked([newest] + list)
+    }
+
+    /// `lost` (newest first) if it meets the list's rule: at most `maximumCount`, each with a
+    /// value and a type or neither, stamps within the stamp rule, newest first. A storage that
+    /// keeps each change that lost in a row of its own (PostgreSQL's `kvsfs_lost`) checks what
+    /// it read by it too.
+    public static func checked(_ lost: [KeptChange]) throws(UnreadableConflict) -> [KeptChange] {
         guard lost.count <= maximumCount else {
             throw UnreadableConflict("it keeps \(lost.count) changes that lost, over the limit of \(maximumCount)")
         }

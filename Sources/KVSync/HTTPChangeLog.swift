@@ -12,8 +12,9 @@ import Synchronization
 /// A change log reached over HTTP: a `kvsfs serve` server (see its protocol in `SyncServer`).
 /// `base` is `http(s)://host:port`, optionally followed by `/ACCOUNT`; without an account the
 /// token's own account is asked for once. A store is one of that account's. 429 and 503
-/// answers become `busy` with the server's Retry-After; 401 and 403 `notAuthorized`; 409 a
-/// history mismatch; connection failures `unavailable`; other refusals `refused`.
+/// answers become `busy` with the server's Retry-After; 401 and 403 `notAuthorized`, but a
+/// 403 marked as the store limit (`RefusalHeader`) `storeLimit`; 409 a history mismatch;
+/// connection failures `unavailable`; other refusals `refused`.
 public final class HTTPChangeLog: ChangeLog {
     public let description: String
     private let base: String
@@ -269,6 +270,8 @@ public final class HTTPChangeLog: ChangeLog {
             case .tooManyRequests, .serviceUnavailable:
                 let after = ServerWords.retryAfter(response.headers.first(name: "Retry-After"))
                 throw .busy(retryAfter: after, "\(response.status.code) \(message)")
+            case .forbidden where response.headers.first(name: RefusalHeader.name) == RefusalHeader.storeLimit:
+                throw .storeLimit(message)
             case .unauthorized, .forbidden:
                 throw .notAuthorized(message)
             case .conflict:

@@ -76,6 +76,7 @@ extension SyncEngine {
         // A server's words are its own: a few hundred bytes tell causes apart, and a server
         // that varies its words past them (a request id) is not said again on every retry.
         case .notAuthorized(let reason): return "token \(reason.prefix(200))"
+        case .storeLimit: return "store limit"
         case .refused: return "refused"
         case .unavailable(let reason): return "unavailable \(reason.prefix(200))"
         case .cursorAhead, .historyDiffers, .historyMismatch: return "history"

@@ -121,6 +121,14 @@ public struct VersionResponse: Codable, Sendable, Equatable {
 }
 
 /// Every 4xx and 5xx answer's body: `{"error":{"message":...}}` (Hummingbird's `HTTPError`).
+/// The header a server's refusal carries when its status alone does not say which refusal it
+/// is: a 403 that refuses to make a store past the account's limit (`StoreCap`) is not a
+/// refused token, and the client says so.
+public enum RefusalHeader {
+    public static let name = "Kvsfs-Refusal"
+    public static let storeLimit = "store-limit"
+}
+
 public struct ErrorResponse: Codable, Sendable, Equatable {
     public struct Detail: Codable, Sendable, Equatable {
         public var message: String?

@@ -151,6 +151,7 @@ final class MountSync: MountSynchronizer {
             switch error {
             case .busy: return .busy(error.description)
             case .notAuthorized(let reason): return .authorizationRefused(reason)
+            case .storeLimit(let reason): return .storeLimit(reason)
             case .unreachable(let cause, let words):
                 switch cause {
                 case .connectionRefused: return .connectionRefused(words)

@@ -70,6 +70,30 @@ struct DaemonWordsTests {
         #expect(said.contains("info: serving on http://127.0.0.1:\(server.port) (TLS off); database \(dir.path)/server.sqlite\n"), "\(said)")
     }
 
+    @Test("a server at its limit of stores: the mount says so, not that its token was refused; EDQUOT, said once")
+    func storeLimit() throws {
+        let dir = TemporaryDirectory("kvsfs-words")
+        defer { dir.remove() }
+        let server = try ServerProcess(database: "sqlite://\(dir.path)/server.sqlite", extraArguments: ["--max-stores-per-account", "2"])
+        defer { server.stop() }
+        let token = try server.admin(["account", "create", "alice"])
+        for store in ["one", "two"] {
+            let made = try shell("""
+                curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer \(token)' -H 'Content-Type: application/json' \
+                    --data '{"changes":[]}' \(server.url)/v1/alice/\(store)/changes
+                """).standardOutput
+            #expect(made == "200", "\(store): \(made)")
+        }
+        let daemon = try mount(dir, remote: server.url, token: token)
+        defer { daemon.stop() }
+        let words = "the server holds its limit of 2 stores for account alice (--max-stores-per-account): store alice/default is not made"
+        let seen = try observe(daemon)
+        #expect(seen.sync.standardError == "Error: sync failed: \(words)\n", "\(seen.sync)")
+        #expect(seen.reachable == "offline: \(words)")
+        #expect(try fsyncErrno(daemon.mountpoint) == EDQUOT)
+        #expect(occurrences(of: "offline: \(words)", in: daemon.logText()) == 1, "\(daemon.logText())")
+    }
+
     @Test("a server restart: offline with the cause, then back online; the server says it stops and starts")
     func serverRestart() throws {
         let dir = TemporaryDirectory("kvsfs-words")

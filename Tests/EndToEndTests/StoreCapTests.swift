@@ -53,7 +53,7 @@ struct StoreCapTests {
             }
             let refused = try Self.push(server, token: token, store: "four", key: "k", text: "fourth", in: dir)
             #expect(refused.hasSuffix(" 403"), "\(refused)")
-            #expect(refused.contains("account alice holds 3 stores, the most this server keeps for one account (--max-stores-per-account): "
+            #expect(refused.contains("the server holds its limit of 3 stores for account alice (--max-stores-per-account): "
                                      + "store alice/four is not made"), "\(refused)")
             #expect(try Self.held(server, token: token, store: "four").isEmpty, "nothing of the refused push is kept")
             #expect(try Self.push(server, token: token, store: "five", key: "k", text: "fifth", in: dir).hasSuffix(" 403"))
