@@ -5,9 +5,18 @@ import Synchronization
 /// The store's database: the journal moved into it, settings, limits, durability and the
 /// change log as it is on disk.
 extension KeyValueStore {
-    /// A setting kept with the store (the sync cursor, the remote's identity); nil when never
-    /// set. A failure to read is thrown, never taken for "never set".
-    public func setting(_ name: String) throws(StoreError) -> String? {
+    /// A setting kept with the store (`StoreSetting`); nil when never set, or kept as text its
+    /// type does not read. A failure to read is thrown, never taken for "never set".
+    public func setting<Value>(_ setting: StoreSetting<Value>) throws(StoreError) -> Value? {
+        try text(of: setting.name).flatMap(setting.value)
+    }
+
+    /// Keeps `value` as `setting` (nil: forgets it).
+    public func setSetting<Value>(_ setting: StoreSetting<Value>, to value: Value?) throws(StoreError) {
+        try setText(of: setting.name, to: value.map(setting.text))
+    }
+
+    private func text(of name: String) throws(StoreError) -> String? {
         try state.withLock { (state: inout State) throws(StoreError) -> String? in
             if let known = state.settings[name] { return known }
             let value: String?
@@ -21,7 +30,7 @@ extension KeyValueStore {
         }
     }
 
-    public func setSetting(_ name: String, to value: String?) throws(StoreError) {
+    private func setText(of name: String, to value: String?) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
             try write(&state) { db in
                 if let value {
@@ -41,9 +50,10 @@ extension KeyValueStore {
     }
 
     static func deviceID(_ db: Database) throws -> String {
-        if let id = try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = 'device.id'") { return id }
+        let name = StoreSetting<String>.deviceID.name
+        if let id = try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = ?", arguments: [name]) { return id }
         let id = UUID().uuidString.lowercased()
-        try SettingRecord(name: "device.id", value: id).save(db)
+        try SettingRecord(name: name, value: id).save(db)
         return id
     }
 

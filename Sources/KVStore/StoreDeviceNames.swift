@@ -12,21 +12,20 @@ extension KeyValueStore {
     public func nameDevice(_ name: String?) throws(StoreError) -> String {
         if let name {
             try DeviceName.check(name)
-            if try setting(Self.deviceNameSetting) != name { try setSetting(Self.deviceNameSetting, to: name) }
+            if try setting(.deviceName) != name { try setSetting(.deviceName, to: name) }
             return name
         }
-        if let kept = try setting(Self.deviceNameSetting), DeviceName.isValid(kept) { return kept }
+        if let kept = try setting(.deviceName), DeviceName.isValid(kept) { return kept }
         let host = DeviceName.ofThisHost()
-        try setSetting(Self.deviceNameSetting, to: host)
+        try setSetting(.deviceName, to: host)
         return host
     }
 
     /// The store's own device name, nil when it was never named.
     public var deviceName: String? {
-        get throws(StoreError) { try setting(Self.deviceNameSetting).flatMap { DeviceName.isValid($0) ? $0 : nil } }
+        get throws(StoreError) { try setting(.deviceName).flatMap { DeviceName.isValid($0) ? $0 : nil } }
     }
 
-    static let deviceNameSetting = "device.name"
 
     /// Keeps the names a remote told of its devices (`told`, by device id); one outside the
     /// rule is not kept, and one kept already as it is writes nothing. A new or changed one is

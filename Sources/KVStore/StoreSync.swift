@@ -109,10 +109,12 @@ extension KeyValueStore {
 
     /// Records what a push did, in one transaction: the changes the remote `accepted` become
     /// synced and the tombstones it accepted but did not store are forgotten (as `markPushed`
-    /// and `forget` do), and `setting`, when given, is saved with them (the sync position the
-    /// push moved): all of it is stored, or none, and the index changes only once it is.
+    /// and `forget` do), and `position`, when given, is saved with them as the sync position
+    /// (`StoreSetting.syncPosition`) the push moved: all of it is stored, or none, and the
+    /// index changes only once it is.
     public func recordPush(accepted: [StampedChange] = [], notStored: [StampedChange] = [], refused: [StampedChange] = [],
-                           setting: (name: String, value: String)? = nil) throws(StoreError) {
+                           position: String? = nil) throws(StoreError) {
+        let setting = position.map { (name: StoreSetting<String>.syncPosition.name, value: $0) }
         try state.withLock { (state: inout State) throws(StoreError) in
             let synced = accepted.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }.map(\.key)
             let forgotten = notStored.filter {

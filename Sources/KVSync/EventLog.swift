@@ -1,4 +1,5 @@
 import Foundation
+import KVStore
 import Synchronization
 
 /// The mount's event stream: one JSON line per event appended to a file, which
@@ -7,8 +8,9 @@ import Synchronization
 /// later.
 ///
 /// Every event carries a cursor, one more than the event before it, across restarts: the
-/// greater of the log's last cursor and the one its owner kept (`lastCursor`, kept beside the
-/// store, so that a log deleted or cut short by a crash never numbers again from less). A
+/// greater of the log's last cursor and the one the log keeps beside its store
+/// (`StoreSetting.eventLogCursor`, written after each line), so that a log deleted or cut
+/// short by a crash never numbers again from less. A
 /// log over its size moves to `PATH.1` (the one before is dropped) and a new one goes on with
 /// the numbering. A reader resumes after its cursor with `EventHistory`.
 public final class EventLog: Sendable {
@@ -24,12 +26,22 @@ public final class EventLog: Sendable {
         var endsMidLine: Bool
     }
     private let state: Mutex<State>
+    /// Where the last cursor is kept besides the log; nil for a log of no store.
+    private let store: KeyValueStore?
 
-    /// Opens the log at `path`; a log over `maximumBytes` is moved to `path.1` first.
-    public init(path: String, maximumBytes: Int = 4 << 20, lastCursor: Int64 = 0) throws(EventLogError) {
+    /// Opens the log at `path`, numbering on from what it and `store` kept; a log over
+    /// `maximumBytes` is moved to `path.1` first.
+    public init(path: String, maximumBytes: Int = 4 << 20, keptBeside store: KeyValueStore? = nil) throws(EventLogError) {
         self.path = path
         self.maximumBytes = maximumBytes
-        let last = max(lastCursor, EventHistory.lastCursor(in: path) ?? EventHistory.lastCursor(in: path + ".1") ?? 0)
+        self.store = store
+        let kept: Int64?
+        do {
+            kept = try store?.setting(.eventLogCursor)
+        } catch {
+            throw .unwritable(path, "its last cursor, kept beside the store, cannot be read: \(error)")
+        }
+        let last = max(kept ?? 0, EventHistory.lastCursor(in: path) ?? EventHistory.lastCursor(in: path + ".1") ?? 0)
         var info = stat()
         if stat(path, &info) == 0, Int(info.st_size) > maximumBytes { try Self.rotate(path) }
         let (descriptor, size) = try Self.open(path)
@@ -42,11 +54,21 @@ public final class EventLog: Sendable {
     /// The cursor of the last event logged, across restarts; 0 before the first.
     public var lastCursor: Int64 { state.withLock { $0.next - 1 } }
 
-    /// Writes `event` with the next cursor and returns it; throws when the line could not be
-    /// written whole (the cursor is then not used up). A log grown over its size moves to
-    /// `PATH.1` first.
+    /// Writes `event` with the next cursor, keeps the cursor beside the store, and returns it;
+    /// throws when the line could not be written whole (the cursor is then not used up) or its
+    /// cursor not kept. A log grown over its size moves to `PATH.1` first.
     @discardableResult
     public func append(_ event: SyncEvent) throws(EventLogError) -> Int64 {
+        let cursor = try write(event)
+        do {
+            try store?.setSetting(.eventLogCursor, to: cursor)
+        } catch {
+            throw .cursorNotKept(cursor, String(describing: error))
+        }
+        return cursor
+    }
+
+    private func write(_ event: SyncEvent) throws(EventLogError) -> Int64 {
         try state.withLock { (state: inout State) throws(EventLogError) -> Int64 in
             if state.size > maximumBytes {
                 try Self.rotate(path)
@@ -102,10 +124,13 @@ public final class EventLog: Sendable {
 /// Why the event log could not be written.
 public enum EventLogError: Error, Equatable, CustomStringConvertible {
     case unwritable(String, String)
+    /// The line is written, but its cursor could not be kept beside the store.
+    case cursorNotKept(Int64, String)
 
     public var description: String {
         switch self {
         case .unwritable(let path, let reason): "cannot write the event log \(path): \(reason)"
+        case .cursorNotKept(let cursor, let reason): "event \(cursor) is logged, but its cursor could not be kept beside the store: \(reason)"
         }
     }
 }

@@ -14,12 +14,12 @@ extension SyncEngine {
         let identity = try await remote.identity()
         store.setReadOnly(try await remote.readOnlyReason())
         lastAccountCheck.withLock { $0 = clock.elapsed }
-        let recorded = try store.setting(Self.remoteSetting)
+        let recorded = try store.setting(.remoteIdentity)
         guard recorded != identity else { return }
         if let recorded {
             try await resynchronise(identity: identity, because: "the remote's identity changed from \(recorded) to \(identity)")
         } else {
-            try store.setSetting(Self.remoteSetting, to: identity)
+            try store.setSetting(.remoteIdentity, to: identity)
         }
     }
 
@@ -37,7 +37,7 @@ extension SyncEngine {
     func resynchronise(identity: String?, because reason: String, history: WholeHistory? = nil) async throws {
         let gaps = history == nil ? auditCount.withLock { $0.gaps } : nil
         // Found by this mount's own position: its other mounts may not be able to tell.
-        if identity == nil, let recorded = try store.setting(Self.remoteSetting) { try await remote.renewIdentity(replacing: recorded) }
+        if identity == nil, let recorded = try store.setting(.remoteIdentity) { try await remote.renewIdentity(replacing: recorded) }
         let fetched = if let history { history } else { try await fetchWholeHistory() }
         let (remoteChanges, position) = (fetched.changes, fetched.position)
         let lost = store.allChanges().filter { fetched.lacks($0) && !neverAccepted($0, by: fetched) }
@@ -47,7 +47,7 @@ extension SyncEngine {
         // The remote's identity as it is now: a remote that renewed it on finding another
         // history (see `ChangeLog.renewIdentity(replacing:)`) need not send this mount round again.
         let current = if let identity { identity } else { try await remote.identity() }
-        try store.setSetting(Self.remoteSetting, to: current)
+        try store.setSetting(.remoteIdentity, to: current)
         try record(position)
         if let gaps { noteAudited(gaps) }
         noteIncident("\(reason): \(lost.count) local changes pushed again, no local value removed",
@@ -94,7 +94,7 @@ extension SyncEngine {
             try store.forget(removals + strayRemovals)
             let conflicts = try store.takeConflicts(from: Array(remoteChanges.values), replacingAll: true)
             try store.discardUnsentLosses()
-            try store.setSetting(Self.remoteSetting, to: try await remote.identity())
+            try store.setSetting(.remoteIdentity, to: try await remote.identity())
             try record(position)
             noteIncident("replaced by the remote's values on request: \(changed.count) keys changed, \(removals.count) of them removed",
                          keys: changed.sorted())

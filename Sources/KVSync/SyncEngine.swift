@@ -77,18 +77,16 @@ public final class SyncEngine: Sendable {
         self.debounce = debounce
     }
 
-    static let cursorSetting = "sync.cursor"
-    static let remoteSetting = "sync.remote"
 
     /// The position recorded in the store; nil before the first fetch (or for a setting that
     /// is not a position, which the next fetch from the start then replaces).
     func storedPosition() throws -> SyncPosition? {
-        try store.setting(Self.cursorSetting).flatMap { SyncPosition(setting: $0) }
+        try store.setting(.syncPosition).flatMap { SyncPosition(setting: $0) }
     }
 
     /// Records where the mount now stands, in the store and for the watcher.
     func record(_ position: SyncPosition) throws {
-        try store.setSetting(Self.cursorSetting, to: try position.setting)
+        try store.setSetting(.syncPosition, to: try position.setting)
         knownPosition.update { $0 = position }
     }
 

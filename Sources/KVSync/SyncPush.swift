@@ -20,7 +20,7 @@ extension SyncEngine {
         // stays unsent.
         try store.recordPush(accepted: outcome.accepted, notStored: outcome.notStored,
                              refused: outcome.refused.filter { !$0.rowUnreadable }.map(\.change),
-                             setting: try next.map { (Self.cursorSetting, try $0.setting) })
+                             position: try next.map { try $0.setting })
         if let next { knownPosition.update { $0 = next } }
         return outcome
     }

@@ -39,25 +39,19 @@ final class MountSync: MountSynchronizer {
     private let events: EventLog
     private let waits = RemoteWaits()
     private let logger: Logger
-    /// The store's setting that keeps the event log's last cursor.
-    static let eventCursorSetting = "eventLogCursor"
 
     init(store: KeyValueStore, remote: any Remote, applier: MountApplier, eventLogPath: String, logger: Logger) throws {
         self.store = store
         self.remote = remote
         self.logger = logger
-        // The last cursor is kept beside the store too: a log deleted, or cut short by a
-        // crash, never makes numbering start again from less.
-        let kept: String?
         do {
-            kept = try store.setting(Self.eventCursorSetting)
-            events = try EventLog(path: eventLogPath, lastCursor: kept.flatMap { Int64($0) } ?? 0)
+            events = try EventLog(path: eventLogPath, keptBeside: store)
         } catch {
             throw CommandFailure("cannot open the event log \(eventLogPath): \(error)")
         }
         self.applier = applier
         engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
-            Self.append(event, to: events, store: store, logger: logger)
+            Self.append(event, to: events, logger: logger)
             let message = event.message ?? ""
             switch event.reason {
             case .online:
@@ -82,18 +76,17 @@ final class MountSync: MountSynchronizer {
         }
     }
 
-    /// Appends `event` to the event log, and keeps its cursor beside the store.
-    private static func append(_ event: SyncEvent, to events: EventLog, store: KeyValueStore, logger: Logger) {
+    /// Appends `event` to the event log, which keeps its cursor beside the store.
+    private static func append(_ event: SyncEvent, to events: EventLog, logger: Logger) {
         do {
-            let cursor = try events.append(event)
-            try store.setSetting(Self.eventCursorSetting, to: String(cursor))
+            try events.append(event)
         } catch {
             logger.error("an event was not logged whole (\(error)); it was \(event.reason.rawValue) for \(event.keys)")
         }
     }
 
     func record(refusedWriteOf key: String, reason: String) {
-        Self.append(SyncEvent(reason: .refusedLocalWrite, keys: [key], message: reason), to: events, store: store, logger: logger)
+        Self.append(SyncEvent(reason: .refusedLocalWrite, keys: [key], message: reason), to: events, logger: logger)
     }
 
     func start() { engine.start() }

@@ -116,14 +116,14 @@ struct PendingKeysTests {
                 let pushed = store.pendingChanges()
                 try store.put(.integer(3), forKey: "b")  // after the push read it
                 let tombstone = try #require(pushed.first { $0.key == "gone" })
-                try store.recordPush(accepted: pushed, notStored: [tombstone], setting: (name: "sync.cursor", value: "7"))
+                try store.recordPush(accepted: pushed, notStored: [tombstone], position: "7")
                 #expect(try expectInStep(store) == ["b"])
                 #expect(store.allChanges(forKey: "gone") == nil, "forgotten, as the remote holds nothing")
-                #expect(try store.setting("sync.cursor") == "7")
+                #expect(try store.setting(.syncPosition) == "7")
             }
             let reopened = try makeStore(in: dir)
             #expect(try expectInStep(reopened, "reopened") == ["b"])
-            #expect(try reopened.setting("sync.cursor") == "7", "stored with the marks")
+            #expect(try reopened.setting(.syncPosition) == "7", "stored with the marks")
         }
     }
 

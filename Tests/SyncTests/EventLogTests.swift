@@ -95,7 +95,10 @@ struct EventLogTests {
     func numberingGoesOn() throws {
         try withTemporaryDirectory { (dir) throws in
             let path = dir.path + "/store.events.jsonl"
-            #expect(try EventLog(path: path, lastCursor: 10).append(event("a")) == 11, "a log deleted: the kept cursor rules")
+            let store = try makeStore(in: dir)
+            try store.setSetting(.eventLogCursor, to: 10)
+            #expect(try EventLog(path: path, keptBeside: store).append(event("a")) == 11, "a log deleted: the kept cursor rules")
+            #expect(try store.setting(.eventLogCursor) == 11, "the log keeps its cursor beside the store")
             let many = SyncEvent(reason: .initialSync, keys: (0..<2000).map { "a-rather-long-key-name-\($0)" })
             #expect(try EventLog(path: path).append(many) == 12)
             #expect(try EventLog(path: path).append(event("b")) == 13, "the last line is over 64 KiB")

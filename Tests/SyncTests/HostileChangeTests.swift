@@ -169,13 +169,13 @@ struct HostileChangeTests {
             let remote = ScriptedRemote(batch: ChangeBatch(changes: [good], cursor: 1, complete: true, mark: oversized))
             try await SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)).synchronize()
             #expect(try value(store, "good") == "kept")
-            #expect(try store.setting("sync.cursor") == "1", "the cursor, without the mark")
+            #expect(try store.setting(.syncPosition) == "1", "the cursor, without the mark")
             let fitting = HistoryMark(key: "good", cursor: 1, stamp: good.stamp)
             let honest = ScriptedRemote(batch: ChangeBatch(changes: [good], cursor: 1, complete: true, mark: fitting))
             try await withTemporaryDirectory { otherDir in
                 let other = try makeStore(in: otherDir)
                 try await SyncEngine(store: other, remote: honest, applier: StoreApplier(store: other)).synchronize()
-                #expect(try other.setting("sync.cursor")?.contains(#""key":"good""#) == true)
+                #expect(try other.setting(.syncPosition)?.contains(#""key":"good""#) == true)
             }
         }
     }

@@ -25,7 +25,7 @@ struct PushRecordTests {
                 let engine = SyncEngine(store: store, remote: link, applier: StoreApplier(store: store))
                 try store.put(.string("first"), forKey: "first")
                 try await engine.synchronize()
-                let position = try store.setting("sync.cursor")
+                let position = try store.setting(.syncPosition)
                 let keys = (0..<300).map { "k\($0)" }
                 for key in keys { try store.put(.string(key), forKey: key) }
                 try store.removeValue(forKey: "first")
@@ -33,7 +33,7 @@ struct PushRecordTests {
                 await #expect(throws: CloudError.self) { try await engine.synchronize() }
                 #expect(store.pendingCount == keys.count + 1)
                 #expect(try storedPending(store) == (keys + ["first"]).sorted())
-                #expect(try store.setting("sync.cursor") == position, "the position did not move")
+                #expect(try store.setting(.syncPosition) == position, "the position did not move")
 
                 try await engine.synchronize()
                 #expect(store.pendingChanges().isEmpty)
@@ -43,7 +43,7 @@ struct PushRecordTests {
             // from it brings nothing back).
             let store = try KeyValueStore(path: path)
             #expect(store.pendingChanges().isEmpty)
-            let position = try #require(try store.setting("sync.cursor"))
+            let position = try #require(try store.setting(.syncPosition))
             let cursor = try SQLiteCloudStorage(path: remotePath).cursor(of: "default")
             #expect(cursor == 302)
             #expect(position == "302" || position.contains("\"cursor\":302"), "\(position)")
