@@ -49,16 +49,14 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
 
     public var accounts: any AccountStorage { self }
 
-    /// `synchronousCommit`: the setting every session asks for as it connects, nil to keep the
-    /// database's (`SynchronousCommit`).
-    private init(location: PostgresLocation, logger: Logger, admission: AdmissionPolicy, synchronousCommit: String?) {
+    /// `synchronousCommit`: the setting every session asks for as it connects
+    /// (`SynchronousCommit`).
+    private init(location: PostgresLocation, logger: Logger, admission: AdmissionPolicy, synchronousCommit: String) {
         self.location = location
         self.admission = admission
         self.logger = logger
         var configuration = location.clientConfiguration
-        if let synchronousCommit {
-            configuration.options.additionalStartupParameters.append((SynchronousCommit.parameter, synchronousCommit))
-        }
+        configuration.options.additionalStartupParameters.append((SynchronousCommit.parameter, synchronousCommit))
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
         var pushes = configuration
         pushes.options.maximumConnections = 2
@@ -85,14 +83,14 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         } catch {
             throw Self.cloudError(error, at: location)
         }
-        let raised = SynchronousCommit.raised(from: setting)
-        if let raised {
+        let asked = SynchronousCommit.asked(given: setting)
+        if SynchronousCommit.isWeak(setting) {
             logger.warning("""
-                the database's synchronous_commit is \(setting): kvsfs's sessions set it to \(raised), so that a push \
+                the database's synchronous_commit is \(setting): kvsfs's sessions set it to \(asked), so that a push \
                 is answered only once it is on disk
                 """)
         }
-        return PostgresServerStorage(location: location, logger: logger, admission: admission, synchronousCommit: raised)
+        return PostgresServerStorage(location: location, logger: logger, admission: admission, synchronousCommit: asked)
     }
 
     public func close() async {

@@ -7,16 +7,22 @@ import PostgresNIO
 ///
 /// `off` answers before the flush (a crash of the database's machine loses acknowledged
 /// pushes) and `local` before any synchronous standby has it (a failover to one loses them):
-/// with either, kvsfs's own sessions ask for `on` as they connect, overriding the server's,
-/// the database's or the role's setting for them only, and the server logs a warning once.
-/// `on`, `remote_write` and `remote_apply` are kept: each flushes locally before answering.
+/// with either, the server logs a warning once. Every session of kvsfs's asks, as it
+/// connects, for the setting found at start when that is `on`, `remote_write` or
+/// `remote_apply` (each flushes locally before answering), else for `on`: a later
+/// `ALTER DATABASE` or `ALTER ROLE` that turns it off does not reach kvsfs's sessions.
 enum SynchronousCommit {
     static let parameter = "synchronous_commit"
 
-    /// The setting kvsfs's sessions ask for when the database gives them `current`; nil when
-    /// `current` is kept.
-    static func raised(from current: String) -> String? {
-        ["off", "local"].contains(current.lowercased()) ? "on" : nil
+    /// The setting kvsfs's sessions ask for when the database gives them `current`.
+    static func asked(given current: String) -> String {
+        let setting = current.lowercased()
+        return ["on", "remote_write", "remote_apply"].contains(setting) ? setting : "on"
+    }
+
+    /// Whether `current` answers a commit before it is flushed where it must be.
+    static func isWeak(_ current: String) -> Bool {
+        asked(given: current) != current.lowercased()
     }
 
     /// The setting the session of `db` runs with.

@@ -1,5 +1,6 @@
 import Dispatch
 import FoundationEssentials
+import FuseKit
 import Glibc
 
 /// The process through which the applier writes remote changes into the mount, and the wire
@@ -20,20 +21,28 @@ public final class ApplierProcess {
     /// What the child is asked to do, in order: `begin` opens the mount's root (and answers
     /// ENOENT when `mountpoint` is no kvsfs mount's root any more), steps name files in it,
     /// and `end` closes it, so that nothing holds the mount between batches.
+    /// `begin` names the mount by its device: a root on any other device (another mount over
+    /// the same path, or the directory under it) is not this mount's, and nothing is written
+    /// there.
     enum Step {
-        case begin
+        case begin(mount: MountTable.Mount)
         case write(name: String, bytes: [UInt8])
         case unlink(name: String)
         case end
 
-        fileprivate var code: UInt8 {
+        fileprivate var code: Code {
             switch self {
-            case .begin: UInt8(ascii: "B")
-            case .write: UInt8(ascii: "W")
-            case .unlink: UInt8(ascii: "U")
-            case .end: UInt8(ascii: "E")
+            case .begin: .begin
+            case .write: .write
+            case .unlink: .unlink
+            case .end: .end
             }
         }
+    }
+
+    /// Each step's first byte on the wire.
+    fileprivate enum Code: UInt8 {
+        case begin = 0x42, write = 0x57, unlink = 0x55, end = 0x45
     }
 
     /// How the daemon starts a child: the program and the arguments before the mountpoint.
@@ -93,9 +102,11 @@ public final class ApplierProcess {
 
     /// Has the child take `step`; returns its errno (0: done). Throws when the child is gone.
     func perform(_ step: Step) throws(ApplierFailure) -> Int32 {
-        var frame = [step.code]
+        var frame = [step.code.rawValue]
         switch step {
-        case .begin, .end:
+        case .begin(let mount):
+            frame += Self.word(mount.major) + Self.word(mount.minor)
+        case .end:
             break
         case .write(let name, let bytes):
             frame += Self.field(Array(name.utf8)) + Self.field(bytes)
@@ -124,25 +135,25 @@ public final class ApplierProcess {
     public static func serve(mountpoint: String) -> Never {
         closeInheritedDescriptors()
         var root: Int32 = -1
-        while let code = receive(1, from: 0)?.first {
+        while let byte = receive(1, from: 0)?.first {
+            guard let code = Code(rawValue: byte) else { exit(2) }
             let answer: Int32
             switch code {
-            case UInt8(ascii: "B"):
+            case .begin:
+                guard let device = receive(8, from: 0) else { exit(2) }
                 if root >= 0 { close(root) }
-                root = openMountRoot(mountpoint)
+                root = openMountRoot(mountpoint, major: number(device[0..<4]), minor: number(device[4..<8]))
                 answer = root >= 0 ? 0 : ENOENT
-            case UInt8(ascii: "W"):
+            case .write:
                 guard let name = receiveField(limit: maximumNameBytes), let bytes = receiveField(limit: maximumValueBytes) else { exit(2) }
                 answer = root >= 0 ? writeFile(String(decoding: name, as: UTF8.self), bytes, in: root) : ENOENT
-            case UInt8(ascii: "U"):
+            case .unlink:
                 guard let name = receiveField(limit: maximumNameBytes) else { exit(2) }
                 answer = root >= 0 ? (unlinkat(root, String(decoding: name, as: UTF8.self), 0) == 0 ? 0 : errno) : ENOENT
-            case UInt8(ascii: "E"):
+            case .end:
                 if root >= 0 { close(root) }
                 root = -1
                 answer = 0
-            default:
-                exit(2)
             }
             let word = UInt32(bitPattern: answer)
             guard send([UInt8(word & 0xff), UInt8(word >> 8 & 0xff), UInt8(word >> 16 & 0xff), UInt8(word >> 24)], to: 0) else { exit(0) }
@@ -164,16 +175,16 @@ public final class ApplierProcess {
         for descriptor in inherited { close(descriptor) }
     }
 
-    /// Opens the mount's root, or returns -1 when `mountpoint` is no longer a FUSE mount's
-    /// root (after an unmount): nothing is ever written to the directory underneath.
-    private static func openMountRoot(_ mountpoint: String) -> Int32 {
+    /// Opens the mount's root, or returns -1 when what `mountpoint` shows is not the root of
+    /// the mount on device `major`:`minor` (after an unmount, or under another mount): nothing
+    /// is ever written to the directory underneath, nor to another mount.
+    private static func openMountRoot(_ mountpoint: String, major: UInt32, minor: UInt32) -> Int32 {
         let descriptor = open(mountpoint, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else { return -1 }
         var info = stat()
-        var parent = stat()
-        // A FUSE mount's root is inode 1, on another device than the directory above it.
-        guard fstat(descriptor, &info) == 0, info.st_ino == 1,
-              fstatat(descriptor, "..", &parent, 0) == 0, parent.st_dev != info.st_dev else {
+        let mount = MountTable.Mount(path: mountpoint, major: major, minor: minor, type: "")
+        // A FUSE mount's root is inode 1, on the mount's own device.
+        guard fstat(descriptor, &info) == 0, info.st_ino == 1, mount.holds(device: UInt64(info.st_dev)) else {
             close(descriptor)
             return -1
         }
@@ -203,8 +214,15 @@ public final class ApplierProcess {
     // MARK: - Framing
 
     private static func field(_ bytes: [UInt8]) -> [UInt8] {
-        let count = UInt32(bytes.count)
-        return [UInt8(count & 0xff), UInt8(count >> 8 & 0xff), UInt8(count >> 16 & 0xff), UInt8(count >> 24)] + bytes
+        word(UInt32(bytes.count)) + bytes
+    }
+
+    private static func word(_ value: UInt32) -> [UInt8] {
+        [UInt8(value & 0xff), UInt8(value >> 8 & 0xff), UInt8(value >> 16 & 0xff), UInt8(value >> 24)]
+    }
+
+    private static func number(_ bytes: ArraySlice<UInt8>) -> UInt32 {
+        bytes.reversed().reduce(0) { $0 << 8 | UInt32($1) }
     }
 
     private static func receiveField(limit: Int) -> [UInt8]? {

@@ -16,7 +16,7 @@ extension KeyValueFileSystem {
             guard try classify(name) != nil, let node = try visibleNode(named: name, in: &ns) else {
                 throw FileSystemError.noSuchFile
             }
-            let content = content(of: node)
+            let content = ns.contentOfShownRemovals[node.inode] ?? content(of: node)
             switch node.kind {
             case .key(let key):
                 // The applier's unlink shows a removal the store holds already.

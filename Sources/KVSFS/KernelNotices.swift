@@ -12,9 +12,14 @@ extension KeyValueFileSystem {
     func showChanged(added: [String], changed: [String], removed: [String], removedContent: [InodeNumber: [UInt8]], of what: String) {
         let keys = added + changed + removed
         guard !keys.isEmpty else { return }
-        if let applier, applier.show(keys, newKeys: Swift.Set(added)) { return }
+        // What open handles of a removed key go on reading, for the applier's unlink to keep.
+        if !removedContent.isEmpty { state.withLock { $0.contentOfShownRemovals.merge(removedContent) { $1 } } }
+        let unshown = applier?.show(keys, newKeys: Swift.Set(added)) ?? Swift.Set(keys)
         let notices = state.withLock { ns in
-            show(added: added, changed: changed, removed: removed, removedContent: removedContent, in: &ns)
+            for inode in removedContent.keys { ns.contentOfShownRemovals[inode] = nil }
+            guard !unshown.isEmpty else { return [KernelNotice]() }
+            return show(added: added.filter(unshown.contains), changed: changed.filter(unshown.contains),
+                        removed: removed.filter(unshown.contains), removedContent: removedContent, in: &ns)
         }
         tell(notices, of: what)
     }

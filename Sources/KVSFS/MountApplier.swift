@@ -6,7 +6,7 @@ import KVStore
 import Synchronization
 
 /// The one door for every change the kernel did not make: remote changes (`apply`), and an
-/// import, a settled conflict or a revert (`show`). The store takes each change once; then
+/// import or a settled conflict (`show`). The store takes each change once; then
 /// each key whose value changed is shown through the mount's own path, from a process of its
 /// own (`ApplierProcess`), as a program would: its file written (open with O_TRUNC, write,
 /// close) or unlinked. So the kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and
@@ -35,6 +35,9 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
     /// The process that writes through the mount, started at the first batch and again after
     /// it ended; used on `queue` only.
     private var process: ApplierProcess?
+    /// The mount this applier shows changes in, once it is made (`mounted()`): until then, and
+    /// on any other mount that shows at the mountpoint, nothing is written.
+    private let mount = Mutex<MountTable.Mount?>(nil)
 
     /// The process that shows changes is `executable` run with `arguments`, the mountpoint
     /// appended (`ApplierProcess.serve`).
@@ -43,6 +46,13 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
         self.mountpoint = mountpoint
         self.store = store
         self.command = ApplierProcess.Command(executable: executable, arguments: arguments)
+    }
+
+    /// Pins the mount made on the mountpoint just now as the one to show changes in. Called
+    /// once the mount exists, before anything is shown.
+    public func mounted() {
+        let made = MountTable.top(at: mountpoint)
+        mount.withLock { $0 = made }
     }
 
     /// The change the request of `context` is showing, and whether its key had no value
@@ -60,18 +70,20 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
     }
 
     /// Shows keys the store changed without the kernel: `newKeys` had no value before (their
-    /// files are created), the others changed or were removed. Returns once every key is shown,
-    /// or false when the mount could not be reached (unmounted, or no process could start).
-    /// Never call it while holding the namespace lock: the mount serves the writes it makes.
-    public func show(_ keys: [String], newKeys: Swift.Set<String>) -> Bool {
+    /// files are created), the others changed or were removed. Returns, once done, the keys it
+    /// could not show (the mount unmounted, no process, a step refused), for the caller to
+    /// tell the kernel some other way. Never call it while holding the namespace lock: the
+    /// mount serves the writes it makes.
+    public func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String> {
         queue.sync {
-            guard perform(.begin) == 0 else { return false }
-            defer { _ = perform(.end) }
+            guard begin() else { return Swift.Set(keys) }
+            defer { end() }
+            var unshown = Swift.Set<String>()
             for key in keys.sorted() {
                 guard let change = store.allChanges(forKey: key) else { continue }
-                showNow(change, keyIsNew: newKeys.contains(key))
+                if !showNow(change, keyIsNew: newKeys.contains(key)) { unshown.insert(key) }
             }
-            return true
+            return unshown
         }
     }
 
@@ -86,10 +98,10 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
     private func applyNow(_ changes: [StampedChange], mode: ExternalApplyMode) throws -> [String] {
         let taken = mode == .merge ? changes.filter(store.accepts) : changes
         guard !taken.isEmpty else { return [] }
-        // The root is opened first: opening lists the directory, which gives the keys in the
-        // store nodes.
-        let shown = perform(.begin) == 0
-        defer { if shown { _ = perform(.end) } }
+        // The root is opened before the store takes the batch: the keys the store held until
+        // now are what the mount knows of, and each change is shown against that.
+        let shown = begin()
+        defer { if shown { end() } }
         var before = [String: [UInt8]?]()
         for change in taken where before[change.key] == nil { before[change.key] = .some(store.entry(forKey: change.key)?.xml) }
         try store.applyExternal(taken, mode: mode)
@@ -101,14 +113,34 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
             // The change the store holds now: the batch's latest for the key, unless a local
             // write came since, which the mount has shown already.
             guard let change = store.allChanges(forKey: key), takenStamps[key]?.contains(change.stamp) == true else { continue }
-            showNow(change, keyIsNew: before[key] == .some(nil))
+            _ = showNow(change, keyIsNew: before[key] == .some(nil))
         }
         return changed
     }
 
+    /// Opens the pinned mount's root in the process; false when it cannot be shown in.
+    private func begin() -> Bool {
+        guard let mount = mount.withLock({ $0 }) else { return false }
+        return perform(.begin(mount: mount)) == 0
+    }
+
+    /// Closes the root, if a process still holds it: one gone mid-batch is not started again
+    /// just for this.
+    private func end() {
+        guard let process else { return }
+        do {
+            _ = try process.perform(.end)
+        } catch {
+            process.stop()
+            self.process = nil
+        }
+    }
+
     /// Has the process write or unlink the key's file while `change` is named as the one in
-    /// flight. A key that had no value and has none now has no file to show.
-    private func showNow(_ change: StampedChange, keyIsNew: Bool) {
+    /// flight; whether it was shown. A key that had no value and has none now has no file to
+    /// show. A step the mount refused (its errno) is not shown: the caller tells the kernel
+    /// otherwise.
+    private func showNow(_ change: StampedChange, keyIsNew: Bool) -> Bool {
         let name = KeyFileName.fileName(forKey: change.key)
         let step: ApplierProcess.Step
         if let value = change.value {
@@ -116,17 +148,18 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
         } else if !keyIsNew {
             step = .unlink(name: name)
         } else {
-            return
+            return true
         }
-        guard let process else { return }
+        guard let process else { return false }
         applying.begin(ShownChange(change: change, keyIsNew: keyIsNew), process: process.pid)
         defer { applying.end() }
         do {
-            _ = try process.perform(step)
+            return try process.perform(step) == 0
         } catch {
-            // Gone mid-batch: the rest of the batch is in the store without its events.
+            // Gone mid-batch: the rest of the batch is in the store, not shown.
             process.stop()
             self.process = nil
+            return false
         }
     }
 
@@ -150,8 +183,8 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
 public protocol ChangeShowing: Sendable {
     /// The change the request of `context` shows; nil for every request but the applier's.
     func shownChange(for context: RequestContext) -> ShownChange?
-    /// Shows keys the store changed without the kernel; false when they could not be shown.
-    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Bool
+    /// Shows keys the store changed without the kernel; returns those it could not show.
+    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String>
 }
 
 /// A change the applier is showing through the mount, which the store already holds.
@@ -168,30 +201,27 @@ public struct ShownChange: Sendable, Equatable {
     }
 }
 
-/// The change the applier's process is showing, and that process's id.
+/// The change the applier's process is showing, if any, and that process's id.
 private final class ChangeInFlight: Sendable {
-    private struct InFlight {
-        var process: Int32 = 0
-        var shown: ShownChange?
+    private enum InFlight {
+        case idle
+        case showing(ShownChange, by: pid_t)
     }
 
-    private let state = Mutex(InFlight())
+    private let state = Mutex(InFlight.idle)
 
     func begin(_ shown: ShownChange, process: pid_t) {
-        state.withLock {
-            $0.process = process
-            $0.shown = shown
-        }
+        state.withLock { $0 = .showing(shown, by: process) }
     }
 
     func end() {
-        state.withLock { $0.shown = nil }
+        state.withLock { $0 = .idle }
     }
 
     func change(ofThread thread: Int32) -> ShownChange? {
         state.withLock { state in
-            guard state.process != 0, state.process == thread else { return nil }
-            return state.shown
+            guard case .showing(let shown, let process) = state, process == thread else { return nil }
+            return shown
         }
     }
 }

@@ -147,6 +147,9 @@ struct Namespace {
     var nextInode: UInt64 = InodeNumber.root.rawValue + 1
     var nextHandle: UInt64 = 1
     var directoryModifiedAt: Date
+    /// What open handles of a key an import or a resolve removes go on reading, while the
+    /// applier unlinks its file (the store no longer has the value by then).
+    var contentOfShownRemovals: [InodeNumber: [UInt8]] = [:]
     /// The defaults shown for keys without a value.
     var defaults = RegisteredDefaults()
     /// When `defaults` were registered: the modification time of the files showing them.

@@ -1,6 +1,7 @@
 /// A setting kept with the store, by its one name and its type. Every setting a module keeps
-/// beside the store is named here, once: no two modules can spell one differently, and none
-/// reads another's as the wrong type.
+/// beside the store is named here, once (the quota limits, which the store alone reads and
+/// writes, are named with their table in `StoreDatabase`): no two modules can spell one
+/// differently, and none reads another's as the wrong type.
 public struct StoreSetting<Value: Sendable>: Sendable {
     public let name: String
     let text: @Sendable (Value) -> String

@@ -59,17 +59,21 @@ public final class EventLog: Sendable {
     /// cursor not kept. A log grown over its size moves to `PATH.1` first.
     @discardableResult
     public func append(_ event: SyncEvent) throws(EventLogError) -> Int64 {
-        let cursor = try write(event)
-        do {
-            try store?.setSetting(.eventLogCursor, to: cursor)
-        } catch {
-            throw .cursorNotKept(cursor, String(describing: error))
+        // Numbered, written and kept under one lock: the cursor kept beside the store never
+        // goes back, whichever of two appends gets there first.
+        try state.withLock { (state: inout State) throws(EventLogError) -> Int64 in
+            let cursor = try write(event, in: &state)
+            do {
+                try store?.setSetting(.eventLogCursor, to: cursor)
+            } catch {
+                throw .cursorNotKept(cursor, String(describing: error))
+            }
+            return cursor
         }
-        return cursor
     }
 
-    private func write(_ event: SyncEvent) throws(EventLogError) -> Int64 {
-        try state.withLock { (state: inout State) throws(EventLogError) -> Int64 in
+    private func write(_ event: SyncEvent, in state: inout State) throws(EventLogError) -> Int64 {
+        do {
             if state.size > maximumBytes {
                 try Self.rotate(path)
                 close(state.descriptor)

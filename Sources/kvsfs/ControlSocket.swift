@@ -1,4 +1,5 @@
 import Foundation
+import FuseKit
 import Glibc
 import KVSFS
 import KVCloud
@@ -326,16 +327,9 @@ enum ControlClient {
         return UInt64(info.st_dev)
     }
 
-    /// Whether /proc/self/mountinfo has a `fuse.kvsfs` mount on `path` (mount points there
-    /// write space, tab, newline and backslash as octal escapes).
+    /// Whether the mount that shows at `path` is a kvsfs mount (`fuse.kvsfs`): the one test
+    /// every command, and the mount's own checks, make of a path.
     static func isKVSFSMount(_ path: String) -> Bool {
-        guard let table = FileManager.default.contents(atPath: "/proc/self/mountinfo") else { return false }
-        let escaped = path.replacingOccurrences(of: "\\", with: "\\134").replacingOccurrences(of: " ", with: "\\040")
-            .replacingOccurrences(of: "\t", with: "\\011").replacingOccurrences(of: "\n", with: "\\012")
-        return String(decoding: table, as: UTF8.self).split(separator: "\n").contains { line in
-            let fields = line.split(separator: " ")
-            guard fields.count > 4, fields[4] == escaped, let separator = fields.firstIndex(of: "-"), separator + 1 < fields.count else { return false }
-            return fields[separator + 1] == "fuse.kvsfs"
-        }
+        MountTable.top(at: path)?.type == "fuse.kvsfs"
     }
 }

@@ -172,6 +172,7 @@ struct Mount: ParsableCommand {
             throw CommandFailure(error.description)
         }
         mount.handleSignals()
+        applier.mounted()
         do {
             try StuckDaemon.note(lock, mountpoint: path)
         } catch {
@@ -313,23 +314,25 @@ enum MountProbe {
 
 /// The checks made before mounting, so that a bad mountpoint leaves nothing mounted.
 enum MountpointCheck {
-    static func check(_ path: String, logger: Logger) throws {
+    /// How many dead mounts, one over the other, a mountpoint may be freed of.
+    static let deadMountsFreed = 8
+
+    static func check(_ path: String, logger: Logger, deadMountsLeft: Int = deadMountsFreed) throws {
         // statfs always asks the file system (stat may be answered from the kernel's cache of a
         // dead mount's root): ENOTCONN means a FUSE mount whose daemon is gone.
         var space = statvfs()
-        if statvfs(path, &space) != 0, errno == ENOTCONN {
-            try detachDeadMount(path, logger: logger)
-            return try check(path, logger: logger)
-        }
+        var dead = statvfs(path, &space) != 0 && errno == ENOTCONN
         var info = stat()
-        if stat(path, &info) != 0 {
+        if !dead, stat(path, &info) != 0 {
             let code = errno
-            if code == ENOTCONN {
-                try detachDeadMount(path, logger: logger)
-                return try check(path, logger: logger)
-            }
+            dead = code == ENOTCONN
             if code == ENOENT { throw CommandFailure("mountpoint \(path) does not exist: create it with 'mkdir -p \(path)'") }
-            throw CommandFailure("cannot use mountpoint \(path): \(String(cString: strerror(code)))")
+            if !dead { throw CommandFailure("cannot use mountpoint \(path): \(String(cString: strerror(code)))") }
+        }
+        if dead {
+            guard deadMountsLeft > 0 else { throw CommandFailure("\(path) holds more than \(deadMountsFreed) dead mounts: unmount them with 'fusermount3 -u \(path)' first") }
+            try detachDeadMount(path, logger: logger)
+            return try check(path, logger: logger, deadMountsLeft: deadMountsLeft - 1)
         }
         guard info.st_mode & S_IFMT == S_IFDIR else { throw CommandFailure("mountpoint \(path) is not a directory") }
         if isMountpoint(path) { throw CommandFailure("\(path) is already a mount point: unmount it first") }
@@ -337,20 +340,15 @@ enum MountpointCheck {
         if !entries.isEmpty { throw CommandFailure("mountpoint \(path) is not empty (\(entries.count == 1 ? "1 entry" : "\(entries.count) entries")): mount on an empty directory") }
     }
 
-    /// Whether `path` is listed as a mount point in /proc/self/mountinfo.
+    /// Whether something is mounted on `path`.
     static func isMountpoint(_ path: String) -> Bool {
-        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
-        for line in table.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            if fields.count > 4, unescapeMountPath(String(fields[4])) == path { return true }
-        }
-        return false
+        MountTable.top(at: path) != nil
     }
 
     /// Unmounts (lazily) a kvsfs mount on `path` whose daemon is gone, and says so; refuses
     /// any other file system's.
     private static func detachDeadMount(_ path: String, logger: Logger) throws {
-        guard isKVSFSMount(path) else {
+        guard ControlClient.isKVSFSMount(path) else {
             throw CommandFailure("\(path) is a mount whose daemon has gone away: unmount it with 'fusermount3 -u \(path)' first")
         }
         if umount2(path, Int32(MNT_DETACH)) != 0 {
@@ -369,33 +367,5 @@ enum MountpointCheck {
         logger.warning("\(path) was a kvsfs mount whose daemon had gone away; unmounted it")
     }
 
-    /// Whether the last mount on `path` in /proc/self/mountinfo is a kvsfs one.
-    private static func isKVSFSMount(_ path: String) -> Bool {
-        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
-        var kvsfs = false
-        for line in table.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            guard fields.count > 4, unescapeMountPath(String(fields[4])) == path,
-                  let separator = fields.firstIndex(of: "-"), separator + 1 < fields.count else { continue }
-            kvsfs = fields[separator + 1] == "fuse.kvsfs"
-        }
-        return kvsfs
-    }
-
-    /// mountinfo writes space, tab, newline and backslash as octal escapes.
-    static func unescapeMountPath(_ text: String) -> String {
-        var remaining = Array(text.utf8)[...]
-        var bytes = [UInt8]()
-        while let byte = remaining.popFirst() {
-            if byte == UInt8(ascii: "\\"), remaining.count >= 3,
-               let value = UInt8(String(decoding: remaining.prefix(3), as: UTF8.self), radix: 8) {
-                bytes.append(value)
-                remaining = remaining.dropFirst(3)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
 }
 

@@ -81,7 +81,7 @@ final class MountSync: MountSynchronizer {
         do {
             try events.append(event)
         } catch {
-            logger.error("an event was not logged whole (\(error)); it was \(event.reason.rawValue) for \(event.keys)")
+            logger.error("\(error); the event was \(event.reason.rawValue) for \(event.keys)")
         }
     }
 

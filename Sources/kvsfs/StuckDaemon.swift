@@ -1,4 +1,5 @@
 import Foundation
+import FuseKit
 import Glibc
 import KVStore
 import Logging
@@ -41,8 +42,12 @@ enum StuckDaemon {
             logger.warning("kvsfs process \(holder), which had store '\(location.storeID)' mounted, was killed while it waited on its own mount; aborted its FUSE connection \(connection) so that it ends")
             let deadline = ContinuousClock.now + endGrace
             while ContinuousClock.now < deadline {
-                if let lock = try? StoreLock(location: location) { return lock }
-                Thread.sleep(forTimeInterval: 0.1)
+                let attempt = Result { () throws(StoreError) in try StoreLock(location: location) }
+                switch attempt {
+                case .success(let lock): return lock
+                case .failure(.storeInUse): Thread.sleep(forTimeInterval: 0.1)
+                case .failure(let error): throw error
+                }
             }
             throw CommandFailure("kvsfs process \(holder) still holds store '\(location.storeID)' \(Int(endGrace.components.seconds)) s after its FUSE connection \(connection) was aborted")
         }
@@ -96,18 +101,9 @@ enum StuckDaemon {
         return fields[0] == "Z" || fields[0] == "X" || flags & 0x4 != 0
     }
 
-    /// The FUSE connection of the mount on `mountpoint` (its device number, as fusectl names
-    /// it), from /proc/self/mountinfo.
+    /// The FUSE connection of the kvsfs mount that shows on `mountpoint`.
     static func connection(of mountpoint: String) -> UInt32? {
-        guard let table = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
-        var found: UInt32?
-        for line in table.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            guard fields.count > 4, MountpointCheck.unescapeMountPath(String(fields[4])) == mountpoint else { continue }
-            let device = fields[2].split(separator: ":").compactMap { UInt32($0) }
-            // The last mount on a path is the one that shows.
-            if device.count == 2 { found = device[0] << 20 | device[1] }
-        }
-        return found
+        guard let mount = MountTable.top(at: mountpoint), mount.type == "fuse.kvsfs" else { return nil }
+        return mount.connection
     }
 }

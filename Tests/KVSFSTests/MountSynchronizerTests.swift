@@ -16,7 +16,7 @@ private final class OneApplier: ChangeShowing {
         context.threadID == Self.applierThread ? inFlight.withLock { $0 } : nil
     }
 
-    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Bool { false }
+    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String> { Swift.Set(keys) }
 }
 
 /// The sync side, for the root's attributes and fsync.

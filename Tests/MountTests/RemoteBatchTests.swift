@@ -34,6 +34,7 @@ struct RemoteBatchTests {
         let applier = MountApplier(mountpoint: mountpoint, store: store, executable: kvsfsBinary)
         defer { applier.stop() }
         let mount = try InProcessMount(store: store, mountpoint: mountpoint, sync: NoRemote(), applier: applier)
+        applier.mounted()
         defer { mount.unmount() }
         #expect(try String(contentsOfFile: mount.path("kept"), encoding: .utf8).contains("kept"), "the kernel knows kept")
 
