@@ -89,7 +89,9 @@ let package = Package(
             "KVServer", "KVPostgres", "KVCloud", "KVStore", "KVSync", "KVTestSupport", .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "KVWireTests", dependencies: ["KVWire", "KVStore", "KVCloud", "KVTestSupport"]),
-        .testTarget(name: "KVSFSTests", dependencies: ["KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "KVSFSTests", dependencies: [
+            "KVSFS", "KVStore", "KVTestSupport", .product(name: "Logging", package: "swift-log"), .product(name: "GRDB", package: "GRDB.swift"),
+        ]),
         .testTarget(name: "MountTests", dependencies: ["FuseKit", "KVSFS", "KVStore", "KVSync", "KVTestSupport"]),
         .testTarget(name: "EndToEndTests", dependencies: ["KVStore", "KVTestSupport"]),
         // The kvsfs command's own parts (the daemon's start and readiness), without running the binary.

@@ -227,6 +227,10 @@ final class GuardedNamespace: Sendable {
         }
     }
 
+    /// Whether a request holds the namespace now: tests look, from inside work that must run
+    /// outside it (fsync's disk sync).
+    var isHeld: Bool { held.load(ordering: .relaxed) }
+
     /// Applies the FORGET now if the lock is free, else leaves it to the lock's next holder.
     func forget(_ inode: InodeNumber, lookups: UInt64) {
         forgets.withLock { queued in

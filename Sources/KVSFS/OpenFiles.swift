@@ -151,13 +151,17 @@ extension KeyValueFileSystem {
         }
     }
 
+    /// Commits the handle's bytes under the namespace lock, then makes the store durable once
+    /// it is released: the disk sync takes milliseconds, and every request of the mount, readers
+    /// included, needs that lock. The commit is in the store before the lock is released, so
+    /// `makeDurable` takes it along; a failure of either fails the fsync with its errno.
     public func fsync(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
         let decoded = decodeUnlocked(handle)
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
             try commit(file, decoded: decoded, in: &ns)
-            try store.makeDurable()
         }
+        try store.makeDurable()
     }
 
     public func release(inode: InodeNumber, handle: FileHandle) {

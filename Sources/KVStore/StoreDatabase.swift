@@ -57,24 +57,46 @@ extension KeyValueStore {
         return id
     }
 
-    /// Makes every committed change durable on disk: the journal goes to the database, then a
-    /// WAL checkpoint, which syncs.
+    /// Makes every change committed before the call durable on disk: the journal goes to the
+    /// database under the store's lock, then a WAL checkpoint, which syncs, runs without it, so
+    /// that the store's readers (every request of a mount) do not wait for the disk.
+    ///
+    /// Why the checkpoint may run unlocked:
+    /// - What is promised (fsync's): every change committed before the call is durable when it
+    ///   returns. Such a change is in the journal or the database when the call begins; the move
+    ///   commits the journal's rows to the WAL before the lock is released, and the checkpoint,
+    ///   which starts after the move, syncs the WAL, copies every frame it holds into the
+    ///   database file and syncs that. A change committed after the move may stay in the
+    ///   journal: it came after the call began, and nothing was promised of it.
+    /// - Writers: the database is one `DatabaseQueue`, which runs one closure at a time, so the
+    ///   checkpoint never runs inside another's transaction, and no reader of another
+    ///   connection can leave it partial: the store holds its database alone (exclusive locking
+    ///   mode), through that one connection. A write that needs the database while it runs (a
+    ///   full journal's move, a setting, a push's record) waits for it, holding the store's
+    ///   lock; a commit that only appends to the journal does not.
+    /// - Concurrent calls: each moves the journal under the lock, then checkpoints; each
+    ///   checkpoint runs after its own call's move, so it covers what was committed before that
+    ///   call, whichever order the checkpoints take on the queue.
+    /// - The journal: the checkpoint never reads it. It is emptied under the lock and only once
+    ///   the database has committed its rows (`write`), as every other move does.
+    /// - Errors: a failed move or checkpoint throws, mapped as every database failure is
+    ///   (`DiskRoom.storeError`: ENOSPC, EDQUOT, or EIO for the rest), so the call fails. A
+    ///   failed checkpoint leaves what the move committed in the WAL, which SQLite keeps (and
+    ///   replays at the next open), and the next call checkpoints it again.
     public func makeDurable() throws(StoreError) {
-        try state.withLock { (state: inout State) throws(StoreError) in
-            try moveJournalToDatabase(&state)
-            var systemErrno: Int32 = 0
-            do {
-                try database.writeWithoutTransaction { db in
-                    do {
-                        try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
-                    } catch {
-                        systemErrno = DiskRoom.systemErrno(db)
-                        throw error
-                    }
+        try state.withLock { (state: inout State) throws(StoreError) in try moveJournalToDatabase(&state) }
+        var systemErrno: Int32 = 0
+        do {
+            try database.writeWithoutTransaction { db in
+                do {
+                    try db.execute(sql: "PRAGMA wal_checkpoint(FULL)")
+                } catch {
+                    systemErrno = DiskRoom.systemErrno(db)
+                    throw error
                 }
-            } catch {
-                throw DiskRoom.storeError(error, systemErrno: systemErrno, path: database.path)
             }
+        } catch {
+            throw DiskRoom.storeError(error, systemErrno: systemErrno, path: database.path)
         }
     }
 
