@@ -16,22 +16,13 @@
 set -euo pipefail
 rounds=${1:-3}; reads=${2:-20000}; seconds=${3:-3}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-anchors=${KVSFS_ANCHORS:-$repo/../shared/bench}
-[ -f "$anchors/memfs_ll.c" ] || { echo "bench: the anchors are not at $anchors (set KVSFS_ANCHORS)" >&2; exit 2; }
 
 source "$here/common.sh"
 bench_work fsyncbench
 
-cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
+bench_memfs_anchor
 cc -O2 -o "$work/fsync-readers" "$here/fsync-readers.c"
-if [ -n "${KVSFS_BINARY:-}" ]; then
-    kvsfs=$KVSFS_BINARY
-else
-    (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
-    kvsfs="$repo/.build/release/kvsfs"
-fi
-sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
+bench_kvsfs
 
 mkdir -p "$work"/{memfs,kvsfs,data}
 chmod 0700 "$work/data"   # a data directory that group or others may write is refused

@@ -16,23 +16,14 @@
 set -euo pipefail
 rounds=${1:-5}; keys=${2:-1000}; value_bytes=${3:-64}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/.." && pwd)
-anchors=${KVSFS_ANCHORS:-$repo/../shared/bench}
-[ -f "$anchors/memfs_ll.c" ] || { echo "bench: the anchors are not at $anchors (set KVSFS_ANCHORS)" >&2; exit 2; }
 
 source "$here/common.sh"
 bench_work bench
 
-cc -O2 -o "$work/memfs_ll" "$anchors/memfs_ll.c" $(pkg-config --cflags --libs fuse3) -lpthread
+bench_memfs_anchor
 cc -O2 -o "$work/smallfile_bench" "$anchors/smallfile_bench.c"
 cc -O2 -D_GNU_SOURCE -o "$work/reread" "$here/reread.c"   # every key read 10 times (bench/reread.c)
-if [ -n "${KVSFS_BINARY:-}" ]; then
-    kvsfs=$KVSFS_BINARY
-else
-    (cd "$repo" && swift build -c release --product kvsfs >/dev/null)
-    kvsfs="$repo/.build/release/kvsfs"
-fi
-sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
+bench_kvsfs
 
 
 mkdir -p "$work"/{tmpfs,memfs,kvsfs,data}
