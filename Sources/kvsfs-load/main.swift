@@ -9,6 +9,7 @@
 // Given several --url (server instances sharing one database), watchers of each store are spread
 // over them, pushes take turns, and propagation is also shown for changes that crossed from one
 // instance to another.
+import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import KVCloud
@@ -18,48 +19,38 @@ import KVWire
 import NIOCore
 import Synchronization
 
-struct Options {
+/// What the command line asks for.
+struct Options: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kvsfs-load", abstract: "Load a kvsfs sync server with watchers and pushes, and print propagation figures.")
+
+    @Option(name: .customLong("url"), help: "A server instance (repeat for instances sharing one database).")
     var urls: [String] = []
-    var token = ""
+    @Option(help: "A token of the account.")
+    var token: String
+    @Option(help: "The account whose stores are loaded.")
     var account = "load"
+    @Option(help: "How many stores the watchers and pushes spread over.")
     var stores = 250
+    @Option(help: "How many event streams are held open.")
     var watchers = 1000
+    @Option(help: "Changes pushed per second.")
     var rate = 500.0
+    @Option(help: "How long the pushes go on.")
     var seconds = 30.0
+    @Option(name: .customLong("server-pid"), help: "A server process whose CPU and memory are reported (repeat).")
     var serverPIDs: [Int32] = []
 
-    init(_ arguments: [String]) {
-        var iterator = arguments.makeIterator()
-        while let name = iterator.next() {
-            guard let value = iterator.next() else { Self.usage() }
-            func number<T: LosslessStringConvertible>(_: T.Type) -> T {
-                guard let number = T(value) else { Self.usage() }
-                return number
-            }
-            switch name {
-            case "--url": urls.append(value)
-            case "--token": token = value
-            case "--account": account = value
-            case "--stores": stores = number(Int.self)
-            case "--watchers": watchers = number(Int.self)
-            case "--rate": rate = number(Double.self)
-            case "--seconds": seconds = number(Double.self)
-            case "--server-pid": serverPIDs.append(number(Int32.self))
-            default: Self.usage()
-            }
-        }
-        if token.isEmpty || stores < 1 || watchers < 0 || rate <= 0 || seconds <= 0 { Self.usage() }
-        if urls.isEmpty { urls = ["http://127.0.0.1:18790"] }
+    func validate() throws {
+        guard !token.isEmpty else { throw ValidationError("--token must not be empty") }
+        guard (1...1_000_000).contains(stores) else { throw ValidationError("--stores must be from 1 to 1000000") }
+        guard (0...1_000_000).contains(watchers) else { throw ValidationError("--watchers must be from 0 to 1000000") }
+        guard rate > 0, rate <= 1_000_000 else { throw ValidationError("--rate must be above 0 and at most 1000000") }
+        guard seconds > 0, seconds <= 86_400 else { throw ValidationError("--seconds must be above 0 and at most 86400") }
     }
 
-    static func usage() -> Never {
-        FileHandle.standardError.write(Data("""
-            usage: kvsfs-load --token TOKEN [--url URL]... [--account A] [--stores N] [--watchers N]
-                              [--rate CHANGES_PER_SECOND] [--seconds S] [--server-pid PID]...
-
-            """.utf8))
-        exit(64)
-    }
+    /// The instances to load: those named, or the default server's address.
+    var instances: [String] { urls.isEmpty ? ["http://127.0.0.1:18790"] : urls }
 }
 
 /// Microseconds since the generator started, as a change's value carries it.
@@ -179,7 +170,7 @@ struct LoadClient: Sendable {
     let readings = EventReadings()
 
     func url(_ store: String, _ resource: WirePath.StoreResource, _ query: String = "", instance: Int = 0) -> String {
-        options.urls[instance] + WirePath.store(account: options.account, store: store, resource) + query
+        options.instances[instance] + WirePath.store(account: options.account, store: store, resource) + query
     }
 
     func get<T: Decodable>(_ url: String, as type: T.Type, timeout: TimeAmount = .seconds(90)) async throws -> T {
@@ -280,7 +271,7 @@ func percentile(_ sorted: [Int64], _ p: Double) -> Double {
     return Double(sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]) / 1000
 }
 
-let options = Options(Array(CommandLine.arguments.dropFirst()))
+let options = Options.parseOrExit()
 var configuration = HTTPClient.Configuration()
 configuration.connectionPool = .init(idleTimeout: .seconds(120), concurrentHTTP1ConnectionsPerHostSoftLimit: options.watchers + 256)
 configuration.timeout.connect = .seconds(10)
@@ -296,7 +287,7 @@ await withTaskGroup(of: Void.self) { group in
     for watcher in 0..<options.watchers {
         // Watcher w watches store w % stores, through instance (w / stores) % instances: every
         // store has watchers on every instance.
-        let instance = (watcher / options.stores) % options.urls.count
+        let instance = (watcher / options.stores) % options.instances.count
         group.addTask { await load.watch("s\(watcher % options.stores)", through: instance, until: deadline, tally: tally) }
     }
     group.addTask {
@@ -314,7 +305,7 @@ await withTaskGroup(of: Void.self) { group in
             for n in 0..<total {
                 try? await Task.sleep(until: started + interval * n, clock: .continuous)
                 let store = Int.random(in: 0..<options.stores)
-                let instance = n % options.urls.count
+                let instance = n % options.instances.count
                 let slot = startedAt + Int64(Double(n) / options.rate * 1_000_000)
                 pushes.addTask { await load.push(key: "k\(n % 64)", to: store, through: instance, sequence: Int32(n), slot: slot, tally: tally) }
             }
@@ -340,7 +331,7 @@ await withTaskGroup(of: Void.self) { group in
               propagation push -> watcher: p50 \(percentile(propagation, 0.5)) ms, p99 \(percentile(propagation, 0.99)) ms, \
             max \(percentile(propagation, 1)) ms (target p99 <= 250 ms: \(String(format: "%.2f", percentile(propagation, 0.99) / 250)) of it)
             """)
-        if options.urls.count > 1 {
+        if options.instances.count > 1 {
             print("""
                   across instances (\(crossing.count) deliveries): p50 \(percentile(crossing, 0.5)) ms, \
                 p99 \(percentile(crossing, 0.99)) ms, max \(percentile(crossing, 1)) ms

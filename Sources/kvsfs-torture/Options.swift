@@ -1,45 +1,28 @@
-import Foundation
+import ArgumentParser
 
 /// What the command line asks for.
-struct Options {
-    /// The `kvsfs` binary to mount with.
-    var kvsfs = ""
-    /// A fresh directory for the mountpoint, the store's data and the daemon's log.
-    var work = ""
+struct Options: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kvsfs-torture",
+        abstract: "Kill a kvsfs mount daemon with SIGKILL while threads write, and check that every acknowledged change survives.")
+
+    @Option(help: "The kvsfs binary to mount with.")
+    var kvsfs: String
+    @Option(help: "A fresh directory for the mountpoint, the store's data and the daemon's log.")
+    var work: String
+    @Option(help: "How many times the daemon is killed and the store mounted again.")
     var cycles = 50
-    /// The longest a workload runs before its daemon is killed (at a random moment from 0.2 s).
+    @Option(help: "The longest a workload runs before its daemon is killed (at a random moment from 0.2 s).")
     var seconds = 1.5
+    @Option(help: "How many threads write at once.")
     var threads = 3
+    @Option(help: "The seed of the workload's choices (random when not given), to run a failing one again.")
     var seed = UInt64.random(in: 1...UInt64.max)
 
-    init(_ arguments: [String]) {
-        var iterator = arguments.makeIterator()
-        while let name = iterator.next() {
-            guard let value = iterator.next() else { Self.usage() }
-            func number<T: LosslessStringConvertible>(_: T.Type) -> T {
-                guard let number = T(value) else { Self.usage() }
-                return number
-            }
-            switch name {
-            case "--kvsfs": kvsfs = value
-            case "--work": work = value
-            case "--cycles": cycles = number(Int.self)
-            case "--seconds": seconds = number(Double.self)
-            case "--threads": threads = number(Int.self)
-            case "--seed": seed = number(UInt64.self)
-            default: Self.usage()
-            }
-        }
-        guard !kvsfs.isEmpty, !work.isEmpty, (1...100_000).contains(cycles), (0.2...60).contains(seconds),
-              (1...8).contains(threads) else { Self.usage() }
-    }
-
-    static func usage() -> Never {
-        FileHandle.standardError.write(Data("""
-            usage: kvsfs-torture --kvsfs BINARY --work DIR [--cycles N] [--seconds MAX_SECONDS_PER_CYCLE]
-                                 [--threads 1...8] [--seed N]
-
-            """.utf8))
-        exit(64)
+    func validate() throws {
+        guard !kvsfs.isEmpty, !work.isEmpty else { throw ValidationError("--kvsfs and --work must not be empty") }
+        guard (1...100_000).contains(cycles) else { throw ValidationError("--cycles must be from 1 to 100000") }
+        guard (0.2...60).contains(seconds) else { throw ValidationError("--seconds must be from 0.2 to 60") }
+        guard (1...8).contains(threads) else { throw ValidationError("--threads must be from 1 to 8") }
     }
 }

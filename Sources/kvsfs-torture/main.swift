@@ -10,7 +10,7 @@
 // the cycle, the key, what was expected and what was found.
 import Foundation
 
-let options = Options(Array(CommandLine.arguments.dropFirst()))
+let options = Options.parseOrExit()
 let mountpoint = options.work + "/mnt"
 let dataDirectory = options.work + "/data"
 let pidFile = options.work + "/daemon.pid"
