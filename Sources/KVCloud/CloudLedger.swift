@@ -135,14 +135,10 @@ package enum CloudLedger {
             }
             let usage = decision.state.usage
             let grown = layout.bytes(lost) - layout.bytes(current?.lost ?? [])
-            let wasLive = current.map { !$0.isTombstone } ?? false
-            let after = QuotaUsage(
-                bytes: usage.bytes + change.size - (current?.size ?? 0),
-                keys: usage.keys + (change.isTombstone ? 0 : 1) - (wasLive ? 1 : 0))
+            let after: QuotaUsage
             do {
                 try ledger.checkKeyName(change.key)
-                if !change.isTombstone { try ledger.checkValueSize(change.size) }
-                try ledger.checkResult(before: usage, after: after, added: change.size)
+                after = try ledger.checkReplacing(bytes: current?.counted, with: change.counted, usage: usage)
                 try Self.checkKept(lost)
                 try Self.checkKeptBytes(decision.state, growing: grown)
             } catch {

@@ -45,14 +45,14 @@ extension KeyValueFileSystem {
 
     /// `df`: blocks of one byte, the store's byte quota and its use; files are keys.
     public func statfs(inode: InodeNumber) throws -> FileSystemStatistics {
-        let limits = store.limits
-        let usage = store.usage
+        let ledger = store.ledger
+        let room = ledger.room(leftBy: store.usage)
         return FileSystemStatistics(
             blockSize: 1,
-            blocks: UInt64(limits.totalBytes),
-            blocksFree: UInt64(max(0, limits.totalBytes - usage.bytes)),
-            files: UInt64(limits.keys),
-            filesFree: UInt64(max(0, limits.keys - usage.keys)),
+            blocks: UInt64(ledger.limits.totalBytes),
+            blocksFree: UInt64(room.bytes),
+            files: UInt64(ledger.limits.keys),
+            filesFree: UInt64(room.keys),
             nameMax: 255)
     }
 

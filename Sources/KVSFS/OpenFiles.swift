@@ -229,12 +229,8 @@ extension KeyValueFileSystem {
         case .editorFile:
             if length > limits.valueBytes { throw FileSystemError.editorFileTooLarge(limit: limits.valueBytes) }
         case .key(let key), .placeholder(let key), .registeredDefault(let key, _):
-            if length > limits.valueBytes { throw StoreError.valueTooLarge(size: length, limit: limits.valueBytes) }
-            let current = store.entry(forKey: key)?.size ?? 0
-            let available = limits.totalBytes - (store.usage.bytes - current)
-            if length > available {
-                throw StoreError.storeFull(needed: length, available: max(0, available), limit: limits.totalBytes)
-            }
+            // The value written so far, as the store would take it: what it leaves must fit.
+            try store.ledger.checkReplacing(bytes: store.entry(forKey: key)?.size, with: length, usage: store.usage)
             try store.checkRoom(for: length)
         case .removed:
             break

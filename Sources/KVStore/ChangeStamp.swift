@@ -154,7 +154,10 @@ public struct StampedChange: Hashable, Sendable, Codable {
 
     public var isTombstone: Bool { value == nil }
     /// What the value counts against the quota (0 for a tombstone).
-    public var size: Int { value?.count ?? 0 }
+    public var size: Int { counted ?? 0 }
+    /// What the value counts against the quota (`QuotaLedger.size(ofXML:)`); nil for a
+    /// tombstone, which leaves no value.
+    public var counted: Int? { value.map(QuotaLedger.size(ofXML:)) }
 }
 
 /// Where a key's latest change stands with the remote.
@@ -219,8 +222,8 @@ public struct KeptChange: Hashable, Sendable, Codable {
     }
 
     public var isRemoval: Bool { value == nil }
-    /// What the value counts against a quota (0 for a removal).
-    public var size: Int { value?.count ?? 0 }
+    /// What the value counts against a quota (`QuotaLedger.size(ofXML:)`; 0 for a removal).
+    public var size: Int { value.map(QuotaLedger.size(ofXML:)) ?? 0 }
 }
 
 /// How an external change is taken in.

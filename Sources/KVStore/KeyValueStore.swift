@@ -18,8 +18,8 @@ public final class KeyValueStore: Sendable {
         public let xml: [UInt8]
         public let type: ValueType
         public let modifiedAt: Date
-        /// What the value counts against the quota: the length of `xml`.
-        public var size: Int { xml.count }
+        /// What the value counts against the quota (`QuotaLedger.size(ofXML:)`).
+        public var size: Int { QuotaLedger.size(ofXML: xml) }
     }
 
     struct State {

@@ -29,19 +29,42 @@ public struct QuotaUsage: Sendable, Equatable {
         self.keys = keys
     }
 
-    /// The usage once a key's value `old` (nil: it had none) is replaced by `new` (nil: the
-    /// key is removed). Sizes are at most a value's limit: no sum here can overflow.
+    /// The usage once a key holding a value of `old` bytes (nil: it had none) holds one of `new`
+    /// bytes (nil: the key is removed). The one place a change's effect on the usage is
+    /// derived. Sizes are at most a value's limit (or a change's decoding bound): no sum here
+    /// can overflow.
+    public func replacing(bytes old: Int?, with new: Int?) -> QuotaUsage {
+        QuotaUsage(bytes: bytes + (new ?? 0) - (old ?? 0), keys: keys + (new == nil ? 0 : 1) - (old == nil ? 0 : 1))
+    }
+
     func replacing(_ old: KeyValueStore.Entry?, with new: KeyValueStore.Entry?) -> QuotaUsage {
-        QuotaUsage(bytes: bytes + (new?.size ?? 0) - (old?.size ?? 0), keys: keys + (new == nil ? 0 : 1) - (old == nil ? 0 : 1))
+        replacing(bytes: old?.size, with: new?.size)
     }
 }
 
-/// Decides whether a change fits the limits, given what the store already uses.
+/// Decides whether a change fits the limits, given what the store already uses. The one owner
+/// of what a value counts (`size(ofXML:)`) and of how a change moves the usage
+/// (`QuotaUsage.replacing`): the store, the mount's open files and every remote ask it.
 public struct QuotaLedger: Sendable {
     public let limits: QuotaLimits
 
     public init(limits: QuotaLimits) {
         self.limits = limits
+    }
+
+    /// What a value counts against the quotas: the length of its canonical XML property list
+    /// (key names do not count).
+    public static func size(ofXML xml: some Collection<UInt8>) -> Int { xml.count }
+
+    /// Checks a key's change from a value of `old` bytes (nil: none) to one of `new` bytes
+    /// (nil: removed) against the per-value limit and what it leaves (`checkResult`), and
+    /// returns the usage it leaves.
+    @discardableResult
+    public func checkReplacing(bytes old: Int?, with new: Int?, usage: QuotaUsage) throws(StoreError) -> QuotaUsage {
+        if let new { try checkValueSize(new) }
+        let after = usage.replacing(bytes: old, with: new)
+        try checkResult(before: usage, after: after, added: new ?? 0)
+        return after
     }
 
     /// Refuses a name outside the key rule (`KeyName`): empty, not in NFC, or too long.
@@ -72,9 +95,16 @@ public struct QuotaLedger: Sendable {
     public func checkResult(before: QuotaUsage, after: QuotaUsage, added: Int) throws(StoreError) {
         if after.keys > before.keys, after.keys > limits.keys { throw .tooManyKeys(limit: limits.keys) }
         if after.bytes > before.bytes, after.bytes > limits.totalBytes {
-            let available = max(0, limits.totalBytes - (after.bytes - added))
+            // The room there was for the values written, with what they replace taken out.
+            let available = room(leftBy: QuotaUsage(bytes: after.bytes - added, keys: after.keys)).bytes
             throw .storeFull(needed: added, available: available, limit: limits.totalBytes)
         }
+    }
+
+    /// What `usage` leaves of the limits: the bytes and keys a store may still grow by (none,
+    /// not fewer than none, when a lowered limit is passed).
+    public func room(leftBy usage: QuotaUsage) -> QuotaUsage {
+        QuotaUsage(bytes: max(0, limits.totalBytes - usage.bytes), keys: max(0, limits.keys - usage.keys))
     }
 
     /// Checks that a new key can be added at all.

@@ -154,8 +154,7 @@ extension KeyValueStore {
         let settled = try state.withLock { (state: inout State) throws(StoreError) -> (before: Entry?, after: Entry?) in
             guard state.conflicts[key] == conflict else { throw .conflictChanged(key) }
             let before = state.entries[key]
-            let usage = state.usage.replacing(before, with: entry)
-            try QuotaLedger(limits: state.limits).checkResult(before: state.usage, after: usage, added: entry?.size ?? 0)
+            let usage = try QuotaLedger(limits: state.limits).checkReplacing(bytes: before?.size, with: entry?.size, usage: state.usage)
             var clock = state.clock
             let latest = max(state.changes[key]?.stamp ?? conflict.won.stamp, conflict.won.stamp)
             let stamp = clock.stamp(physical: milliseconds(now()), after: latest)

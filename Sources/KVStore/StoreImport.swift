@@ -139,14 +139,11 @@ extension KeyValueStore {
         var usage = state.usage
         for key in order {
             guard let new = staged.edits[key] else { continue }
-            let old = state.entries[key]
-            let next = usage.replacing(old, with: new)
             do throws(StoreError) {
-                try ledger.checkResult(before: usage, after: next, added: new?.size ?? 0)
+                usage = try ledger.checkReplacing(bytes: state.entries[key]?.size, with: new?.size, usage: usage)
             } catch {
                 return ImportRefusal(key: key, reason: error)
             }
-            usage = next
         }
         return nil
     }

@@ -240,10 +240,9 @@ extension KeyValueStore {
                 try write(&state) { db in try Self.saveUnsentLosses(losses, db) }
                 state.unsentLosses += losses
             }
-            var bytes = state.usedBytes
-            for row in rows { bytes += (row.entry?.size ?? 0) - (state.entries[row.key]?.size ?? 0) }
+            let usage = rows.reduce(state.usage) { usage, row in usage.replacing(state.entries[row.key], with: row.entry) }
             try commit(rows, in: &state)
-            state.usedBytes = bytes
+            state.usedBytes = usage.bytes
             let physical = milliseconds(now())
             for row in rows { state.clock.observe(row.stamp, physical: physical) }
             try markSynced(confirmed.map(\.key), in: &state)

@@ -97,6 +97,21 @@ struct FileSystemTests {
         #expect(errnoOf(h.fs) { try h.writeFile("c", String(repeating: "c", count: 350)) } == EDQUOT)
     }
 
+    @Test("over a lowered byte total, a write that shrinks a key passes at write() as it does at commit")
+    func shrinkingOverLoweredTotal() throws {
+        let h = try Harness(limits: QuotaLimits(totalBytes: 2000, valueBytes: 2000))
+        try h.writeFile("a", String(repeating: "a", count: 900))
+        try h.writeFile("b", String(repeating: "b", count: 400))
+        try h.store.setLimits(QuotaLimits(totalBytes: 1200, valueBytes: 2000))
+        #expect(h.store.usage.bytes > 1200)
+        // Smaller than the value it replaces, though the store stays over its total.
+        try h.writeFile("a", String(repeating: "c", count: 800))
+        #expect(try h.value("a") == .string(String(repeating: "c", count: 800)))
+        // Growing is still refused.
+        #expect(errnoOf(h.fs) { try h.writeFile("b", String(repeating: "d", count: 450)) } == EDQUOT)
+        #expect(try h.value("b") == .string(String(repeating: "b", count: 400)))
+    }
+
     @Test("one key too many is refused with ENOSPC when the file is created")
     func keyCount() throws {
         let h = try Harness(limits: QuotaLimits(keys: 2))
