@@ -22,16 +22,13 @@ public final class KeyValueStore: Sendable {
         public var size: Int { QuotaLedger.size(ofXML: xml) }
     }
 
+    /// Everything the store's lock guards, by invariant: the values and their usage
+    /// (`ValueIndex`), where each key's change stands with the remote (`SyncLedger`), and the
+    /// writer's own: the journal, its sequence and clock, and the settings read.
     struct State {
-        var entries: [String: Entry]
-        /// Every key's latest change, deleted keys included: its stamp and sync state. Set only
-        /// through `setChange`, which keeps `pendingKeys` in step.
-        private(set) var changes: [String: ChangeMeta]
-        /// The keys whose latest change is pending: exactly those of `changes` in `.pending`, so
-        /// that a push finds its changes without looking at every key.
-        private(set) var pendingKeys: Set<String>
+        var values: ValueIndex
+        var sync: SyncLedger
         var limits: QuotaLimits
-        var usedBytes: Int
         var revision: UInt64 = 0
         var lastSequence: Int64
         var clock: HybridLogicalClock
@@ -43,79 +40,7 @@ public final class KeyValueStore: Sendable {
         /// database holds them: every write of a setting goes through the store, which holds
         /// its database alone. A round of sync reads its position twice.
         var settings: [String: String?] = [:]
-        /// The keys' open conflicts, as the remote last gave them (`takeConflicts`).
-        var conflicts: [String: KeyConflict] = [:]
-        /// Pending changes a newer remote change replaced before they were pushed, each with
-        /// what it replaced: pushed all the same (`changesToPush`), so that no local change
-        /// is lost without the remote keeping it.
-        var unsentLosses: [StampedChange] = []
-        var usage: QuotaUsage { QuotaUsage(bytes: usedBytes, keys: entries.count) }
-
-        /// The pending keys are rebuilt from the sync states of `changes`: what the database holds
-        /// with the journal replayed into it.
-        init(entries: [String: Entry], changes: [String: ChangeMeta], limits: QuotaLimits, usedBytes: Int,
-             lastSequence: Int64, clock: HybridLogicalClock, journal: ChangeJournal, quarantine: ChangeJournal) {
-            self.entries = entries
-            self.changes = changes
-            pendingKeys = Set(changes.lazy.filter { $0.value.syncState == .pending }.map(\.key))
-            self.limits = limits
-            self.usedBytes = usedBytes
-            self.lastSequence = lastSequence
-            self.clock = clock
-            self.journal = journal
-            self.quarantine = quarantine
-        }
-
-        /// Sets `key`'s latest change (nil: the store forgets the key) and its place in `pendingKeys`.
-        mutating func setChange(_ key: String, _ change: ChangeMeta?) {
-            changes[key] = change
-            if change?.syncState == .pending { pendingKeys.insert(key) } else { pendingKeys.remove(key) }
-        }
-
-        /// Sets what `key`'s latest change replaced, if the key has one.
-        mutating func setBase(_ base: Replaced, of key: String) {
-            guard var change = changes[key] else { return }
-            change.base = base
-            change.settles = []
-            setChange(key, change)
-        }
-
-        /// Sets where `key`'s latest change stands with the remote, if the key has one.
-        mutating func setSyncState(_ syncState: SyncState, of key: String) {
-            guard var change = changes[key] else { return }
-            change.syncState = syncState
-            setChange(key, change)
-        }
-    }
-
-    struct ChangeMeta {
-        var stamp: ChangeStamp
-        var syncState: SyncState
-        /// What a pending change replaced, as the remote last gave the key: the change before
-        /// the key's first pending write (`base(after:)`). What a push says the change `replaces`.
-        var base: Replaced
-        /// The changes that lost to the base that the mount showed when the key's first pending
-        /// write was made (`settles(after:shown:)`): what a push says the change settles. Kept in
-        /// memory only: after a restart a pending change settles none, and its conflict stays
-        /// open, which lets nothing go unseen.
-        var settles: [ChangeStamp] = []
-
-        /// The base of a change that follows `previous`: a pending change keeps the base of the
-        /// pending one it follows (the remote never saw that one); any other was the remote's.
-        /// `StoreDatabase.record` writes the same rule in SQL.
-        static func base(after previous: ChangeMeta?) -> Replaced {
-            guard let previous else { return .nothing }
-            return previous.syncState == .pending ? previous.base : .change(previous.stamp)
-        }
-
-        /// What a pending change that follows `previous` settles: what the pending one it follows
-        /// settles, or the changes that lost to `previous` as the mount shows them (`shown`).
-        static func settles(after previous: ChangeMeta?, shown: KeyConflict?) -> [ChangeStamp] {
-            guard let previous else { return [] }
-            if previous.syncState == .pending { return previous.settles }
-            guard let shown, shown.won.stamp == previous.stamp else { return [] }
-            return shown.lost.map(\.stamp)
-        }
+        var usage: QuotaUsage { values.usage }
     }
 
     let database: DatabaseQueue
@@ -175,16 +100,15 @@ public final class KeyValueStore: Sendable {
                     clock.observe(record.stamp, physical: physical)
                 }
                 var state = State(
-                    entries: entries,
-                    changes: changes,
+                    values: ValueIndex(entries),
+                    sync: SyncLedger(changes: changes),
                     limits: try Self.loadLimits(db),
-                    usedBytes: entries.values.reduce(0) { $0 + $1.size },
                     lastSequence: records.map(\.sequence).max() ?? 0,
                     clock: clock,
                     journal: journal,
                     quarantine: quarantine)
-                state.conflicts = try Self.loadConflicts(db)
-                state.unsentLosses = try Self.loadUnsentLosses(db)
+                state.sync.conflicts = try Self.loadConflicts(db)
+                state.sync.unsentLosses = try Self.loadUnsentLosses(db)
                 return (state, device)
             }
             if !refused.isEmpty { try quarantine.append(refused) }
@@ -206,11 +130,11 @@ public final class KeyValueStore: Sendable {
     public var ledger: QuotaLedger { QuotaLedger(limits: limits) }
 
     public func entry(forKey key: String) -> Entry? {
-        state.withLock { $0.entries[key] }
+        state.withLock { $0.values[key] }
     }
 
     public func keys() -> [String] {
-        state.withLock { $0.entries.keys.sorted() }
+        state.withLock { $0.values.entries.keys.sorted() }
     }
 
     /// Sets `key` to `value`. Writing a value equal to the stored one changes nothing. Returns
@@ -260,7 +184,7 @@ public final class KeyValueStore: Sendable {
         var staged = [String: Entry?]()
         func current(_ key: String) -> Entry? {
             if let pending = staged[key] { return pending }
-            return state.entries[key]
+            return state.values[key]
         }
         for change in changes {
             switch change {
@@ -278,8 +202,8 @@ public final class KeyValueStore: Sendable {
             }
         }
         // Keep only real changes.
-        let edits = staged.filter { key, new in new?.xml != state.entries[key]?.xml }
-        let usage = edits.reduce(state.usage) { usage, edit in usage.replacing(state.entries[edit.key], with: edit.value) }
+        let edits = staged.filter { key, new in new?.xml != state.values[key]?.xml }
+        let usage = edits.reduce(state.usage) { usage, edit in usage.replacing(state.values[edit.key], with: edit.value) }
         return StagedChanges(edits: edits, usage: usage)
     }
 
@@ -288,13 +212,12 @@ public final class KeyValueStore: Sendable {
         var clock = state.clock
         let physical = milliseconds(now())
         let stamped = staged.edits.sorted(by: { $0.key < $1.key }).map { key, new in
-            let stamp = clock.stamp(physical: physical, after: state.changes[key]?.stamp)
+            let stamp = clock.stamp(physical: physical, after: state.sync.changes[key]?.stamp)
             let entry = new.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
             return (key, entry, stamp)
         }
         try commit(stamped.map { ($0.0, $0.1, $0.2, SyncState.pending) }, in: &state)
         state.clock = clock
-        state.usedBytes = staged.usage.bytes
     }
 
     /// Commits changes (already checked) to the journal and brings the in-memory index along;
@@ -309,11 +232,11 @@ public final class KeyValueStore: Sendable {
         try state.journal.append(rows)
         state.lastSequence = sequence
         for row in rows {
-            state.entries[row.key] = row.entry
-            let previous = state.changes[row.key]
-            state.setChange(row.key, ChangeMeta(
+            state.values.set(row.entry, forKey: row.key)
+            let previous = state.sync.changes[row.key]
+            state.sync.setChange(row.key, ChangeMeta(
                 stamp: row.stamp, syncState: row.syncState, base: ChangeMeta.base(after: previous),
-                settles: row.syncState == .pending ? ChangeMeta.settles(after: previous, shown: state.conflicts[row.key]) : []))
+                settles: row.syncState == .pending ? ChangeMeta.settles(after: previous, shown: state.sync.conflicts[row.key]) : []))
         }
         state.revision &+= 1
         // Committed already: a batch that fails now is retried with the next write.

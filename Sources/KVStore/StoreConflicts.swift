@@ -61,19 +61,19 @@ extension KeyConflict {
 extension KeyValueStore {
     /// Every open conflict, by key.
     public func conflicts() -> [KeyConflict] {
-        state.withLock { $0.conflicts.values.sorted { $0.key < $1.key } }
+        state.withLock { $0.sync.conflicts.values.sorted { $0.key < $1.key } }
     }
 
     /// How many keys have an open conflict.
     public var conflictCount: Int {
-        state.withLock { $0.conflicts.count }
+        state.withLock { $0.sync.conflicts.count }
     }
 
     /// The bytes of the values the open conflicts keep (the changes that lost and won), which
     /// the database holds beside the store's values.
     public var conflictBytes: Int {
         state.withLock { state in
-            state.conflicts.values.reduce(0) { total, conflict in
+            state.sync.conflicts.values.reduce(0) { total, conflict in
                 conflict.lost.reduce(total + conflict.won.size) { $0 + $1.size }
             }
         }
@@ -81,7 +81,7 @@ extension KeyValueStore {
 
     /// `key`'s open conflict; nil when it has none.
     public func conflict(forKey key: String) -> KeyConflict? {
-        state.withLock { $0.conflicts[key] }
+        state.withLock { $0.sync.conflicts[key] }
     }
 
     /// Takes in the conflicts that fetched `changes` (in the order the remote gave them) say
@@ -101,14 +101,14 @@ extension KeyValueStore {
             var updated = [String: KeyConflict?]()
             for (key, change) in latest {
                 let conflict = change.lost.isEmpty ? nil : KeyConflict(key: key, lost: change.lost, won: change.kept)
-                if state.conflicts[key] != conflict { updated[key] = .some(conflict) }
+                if state.sync.conflicts[key] != conflict { updated[key] = .some(conflict) }
             }
             if replacingAll {
-                for key in state.conflicts.keys where latest[key] == nil { updated[key] = .some(nil) }
+                for key in state.sync.conflicts.keys where latest[key] == nil { updated[key] = .some(nil) }
             }
             // What shrinks first, so that the room it frees counts; then what grows, by key.
             func lostBytes(_ conflict: KeyConflict?) -> Int { conflict?.lost.reduce(0) { $0 + $1.size } ?? 0 }
-            let held = state.conflicts
+            let held = state.sync.conflicts
             var kept = held.values.reduce(0) { $0 + lostBytes($1) }
             var notKept = [String]()
             let growth = updated.mapValues { lostBytes($0) }.map { key, after in (key: key, grown: after - lostBytes(held[key])) }
@@ -125,12 +125,12 @@ extension KeyValueStore {
             guard !updated.isEmpty else { return ConflictIntake(opened: [], notKept: notKept) }
             let opened = updated.compactMap { key, conflict in
                 conflict.flatMap { conflict in
-                    let known = Set((state.conflicts[key]?.lost ?? []).map(\.stamp))
+                    let known = Set((state.sync.conflicts[key]?.lost ?? []).map(\.stamp))
                     return conflict.lost.contains { !known.contains($0.stamp) } ? key : nil
                 }
             }
             try write(&state) { db in try Self.saveConflicts(updated, db) }
-            for (key, conflict) in updated { state.conflicts[key] = conflict }
+            for (key, conflict) in updated { state.sync.conflicts[key] = conflict }
             return ConflictIntake(opened: opened.sorted(), notKept: notKept)
         }
     }
@@ -152,11 +152,11 @@ extension KeyValueStore {
             entry = try QuotaLedger(limits: limits).checkedEntry(key, value, modifiedAt: Date(timeIntervalSince1970: 0))
         }
         let settled = try state.withLock { (state: inout State) throws(StoreError) -> (before: Entry?, after: Entry?) in
-            guard state.conflicts[key] == conflict else { throw .conflictChanged(key) }
-            let before = state.entries[key]
-            let usage = try QuotaLedger(limits: state.limits).checkReplacing(bytes: before?.size, with: entry?.size, usage: state.usage)
+            guard state.sync.conflicts[key] == conflict else { throw .conflictChanged(key) }
+            let before = state.values[key]
+            try QuotaLedger(limits: state.limits).checkReplacing(bytes: before?.size, with: entry?.size, usage: state.usage)
             var clock = state.clock
-            let latest = max(state.changes[key]?.stamp ?? conflict.won.stamp, conflict.won.stamp)
+            let latest = max(state.sync.changes[key]?.stamp ?? conflict.won.stamp, conflict.won.stamp)
             let stamp = clock.stamp(physical: milliseconds(now()), after: latest)
             let after = entry.map { Entry(key: key, xml: $0.xml, type: $0.type, modifiedAt: stamp.date) }
             // The change and what it replaces (the winner, whatever was pending before) in one
@@ -167,12 +167,11 @@ extension KeyValueStore {
                 try Self.saveBase(conflict.won.stamp, of: key, db)
             }
             state.lastSequence = row.sequence
-            state.entries[key] = after
-            state.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, base: .change(conflict.won.stamp),
+            state.values.set(after, forKey: key)
+            state.sync.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, base: .change(conflict.won.stamp),
                                             settles: conflict.lost.map(\.stamp)))
             state.revision &+= 1
             state.clock = clock
-            state.usedBytes = usage.bytes
             return (before, after)
         }
         changeObserver.withLock { $0 }?.notify()

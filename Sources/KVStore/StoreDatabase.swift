@@ -188,16 +188,14 @@ extension KeyValueStore {
 
     /// Writes a key's latest change, its value or a tombstone, unless the database already has
     /// this change or a later one (a journal replayed again after a crash). The row's base
-    /// follows `ChangeMeta.base(after:)`.
+    /// follows `ChangeMeta.base(after:)`, written beside it (`baseUpdateSQL`).
     static func record(_ change: ChangeJournal.Row, _ db: Database) throws {
         let statement = try db.cachedStatement(sql: """
             INSERT INTO entry (key, value, type, modifiedAt, sequence, counter, device, syncState) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(key) DO UPDATE SET value = excluded.value, type = excluded.type,
                 modifiedAt = excluded.modifiedAt, sequence = excluded.sequence, counter = excluded.counter,
                 device = excluded.device, syncState = excluded.syncState,
-                baseTime = CASE WHEN entry.syncState = 'pending' THEN entry.baseTime ELSE entry.modifiedAt END,
-                baseCounter = CASE WHEN entry.syncState = 'pending' THEN entry.baseCounter ELSE entry.counter END,
-                baseDevice = CASE WHEN entry.syncState = 'pending' THEN entry.baseDevice ELSE entry.device END
+                \(KeyValueStore.ChangeMeta.baseUpdateSQL)
             WHERE excluded.sequence > entry.sequence
             """)
         let row = DirectBinding(statement)

@@ -8,7 +8,7 @@ extension KeyValueStore {
     /// Each stored value was checked when it was committed; it is decoded again within the
     /// bounds of its own canonical size, so a damaged database row is an error, not a value.
     public func exportedPropertyList(as format: ValueFormat) throws(StoreError) -> [UInt8] {
-        let entries = state.withLock { $0.entries }
+        let entries = state.withLock { $0.values.entries }
         var dictionary = [String: PropertyListValue](minimumCapacity: entries.count)
         for (key, entry) in entries {
             let limits = PropertyListDecodingLimits(maxObjects: max(PropertyListDecodingLimits.standard.maxObjects, entry.xml.count),

@@ -71,18 +71,18 @@ extension KeyValueStore {
         let keys = prepared.keys
         if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: nil, reason: .readOnly(reason)) }
         let result = state.withLock { (state: inout State) -> Result<ImportPlan, ImportRefusal> in
-            let removals = prepared.replacing ? state.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
+            let removals = prepared.replacing ? state.values.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
             var edits = [String: Entry?]()
             var usage = state.usage
             for key in removals {
                 edits[key] = .some(nil)
-                usage = usage.replacing(state.entries[key], with: nil)
+                usage = usage.replacing(state.values[key], with: nil)
             }
             var plan = ImportPlan()
             plan.removed = removals
             for key in keys {
                 let new = prepared.entries[key]!
-                let old = state.entries[key]
+                let old = state.values[key]
                 guard old?.xml != new.xml else {
                     plan.unchanged += 1
                     continue
@@ -121,8 +121,8 @@ extension KeyValueStore {
     private func firstKeyOverKeyQuota(_ keys: [String], replacing: Bool, in state: State) -> ImportRefusal? {
         let ledger = QuotaLedger(limits: state.limits)
         let before = state.usage
-        var count = replacing ? keys.reduce(0) { $0 + (state.entries[$1] == nil ? 0 : 1) } : before.keys
-        for key in keys where state.entries[key] == nil {
+        var count = replacing ? keys.reduce(0) { $0 + (state.values[$1] == nil ? 0 : 1) } : before.keys
+        for key in keys where state.values[key] == nil {
             count += 1
             do throws(StoreError) {
                 try ledger.checkResult(before: before, after: QuotaUsage(bytes: before.bytes, keys: count), added: 0)
@@ -140,7 +140,7 @@ extension KeyValueStore {
         for key in order {
             guard let new = staged.edits[key] else { continue }
             do throws(StoreError) {
-                usage = try ledger.checkReplacing(bytes: state.entries[key]?.size, with: new?.size, usage: usage)
+                usage = try ledger.checkReplacing(bytes: state.values[key]?.size, with: new?.size, usage: usage)
             } catch {
                 return ImportRefusal(key: key, reason: error)
             }

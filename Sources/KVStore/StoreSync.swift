@@ -23,12 +23,12 @@ extension KeyValueStore {
 
     /// Where `key`'s latest change stands with the remote; nil for a key never written.
     public func syncState(forKey key: String) -> SyncState? {
-        state.withLock { $0.changes[key]?.syncState }
+        state.withLock { $0.sync.changes[key]?.syncState }
     }
 
     /// How many keys have changes the remote has not yet accepted.
     public var pendingCount: Int {
-        state.withLock { $0.pendingKeys.count }
+        state.withLock { $0.sync.pendingKeys.count }
     }
 
     /// The latest change of every key not yet accepted by the remote: one per key, so that a
@@ -47,18 +47,18 @@ extension KeyValueStore {
     /// Pending changes a newer remote change replaced before they were pushed (see `merge`),
     /// oldest first.
     public func unsentLosses() -> [StampedChange] {
-        state.withLock { $0.unsentLosses }
+        state.withLock { $0.sync.unsentLosses }
     }
 
     /// What a push sends: the pending changes and the unsent losses, oldest first.
     public func changesToPush() -> [StampedChange] {
-        state.withLock { state in (Self.pendingChanges(state) + state.unsentLosses).sorted(by: Self.pushOrder) }
+        state.withLock { state in (Self.pendingChanges(state) + state.sync.unsentLosses).sorted(by: Self.pushOrder) }
     }
 
     private static func pendingChanges(_ state: State) -> [StampedChange] {
-        state.pendingKeys.compactMap { key in
-            state.changes[key].map { meta in
-                var change = stampedChange(key, meta.stamp, state.entries[key])
+        state.sync.pendingKeys.compactMap { key in
+            state.sync.changes[key].map { meta in
+                var change = stampedChange(key, meta.stamp, state.values[key])
                 change.replaces = meta.base
                 change.settles = meta.settles
                 return change
@@ -69,7 +69,7 @@ extension KeyValueStore {
     /// Every key's latest change, deleted keys included, by key.
     public func allChanges() -> [StampedChange] {
         state.withLock { state in
-            state.changes.map { key, meta in Self.stampedChange(key, meta.stamp, state.entries[key]) }
+            state.sync.changes.map { key, meta in Self.stampedChange(key, meta.stamp, state.values[key]) }
                 .sorted { $0.key < $1.key }
         }
     }
@@ -78,20 +78,20 @@ extension KeyValueStore {
     /// included, by key.
     public func syncedChanges() -> [StampedChange] {
         state.withLock { state in
-            state.changes.compactMap { key, meta in
-                meta.syncState == .synced ? Self.stampedChange(key, meta.stamp, state.entries[key]) : nil
+            state.sync.changes.compactMap { key, meta in
+                meta.syncState == .synced ? Self.stampedChange(key, meta.stamp, state.values[key]) : nil
             }.sorted { $0.key < $1.key }
         }
     }
 
     /// The latest change of `key`, a tombstone if it was deleted; nil for a key never written.
     public func allChanges(forKey key: String) -> StampedChange? {
-        state.withLock { state in state.changes[key].map { Self.stampedChange(key, $0.stamp, state.entries[key]) } }
+        state.withLock { state in state.sync.changes[key].map { Self.stampedChange(key, $0.stamp, state.values[key]) } }
     }
 
     /// Whether `change` would replace what the store has under the merge rule.
     public func accepts(_ change: StampedChange) -> Bool {
-        state.withLock { state in state.changes[change.key].map { change.stamp > $0.stamp } ?? true }
+        state.withLock { state in state.sync.changes[change.key].map { change.stamp > $0.stamp } ?? true }
     }
 
     /// Marks changes the remote accepted as synced, unless the key changed again since.
@@ -116,14 +116,14 @@ extension KeyValueStore {
                            position: String? = nil) throws(StoreError) {
         let setting = position.map { (name: StoreSetting<String>.syncPosition.name, value: $0) }
         try state.withLock { (state: inout State) throws(StoreError) in
-            let synced = accepted.filter { state.changes[$0.key]?.stamp == $0.stamp && state.changes[$0.key]?.syncState != .synced }.map(\.key)
+            let synced = accepted.filter { state.sync.changes[$0.key]?.stamp == $0.stamp && state.sync.changes[$0.key]?.syncState != .synced }.map(\.key)
             let forgotten = notStored.filter {
-                $0.isTombstone && state.entries[$0.key] == nil && state.changes[$0.key]?.stamp == $0.stamp
+                $0.isTombstone && state.values[$0.key] == nil && state.sync.changes[$0.key]?.stamp == $0.stamp
             }.map(\.key)
             // An unsent loss the remote answered for (accepted: kept as a conflict or passed over;
             // refused: the remote said why) has been pushed.
             let answered = Set((accepted + refused).map(ChangeName.init))
-            let pushedLosses = state.unsentLosses.filter { answered.contains(ChangeName($0)) }
+            let pushedLosses = state.sync.unsentLosses.filter { answered.contains(ChangeName($0)) }
             guard !synced.isEmpty || !forgotten.isEmpty || !pushedLosses.isEmpty || setting != nil else { return }  // take no transaction for nothing
             try write(&state) { db in
                 try Self.deleteUnsentLosses(pushedLosses, db)
@@ -138,9 +138,9 @@ extension KeyValueStore {
                 }
                 if let setting { try Self.saveSetting(setting.name, setting.value, db) }
             }
-            state.unsentLosses.removeAll { answered.contains(ChangeName($0)) }
-            for key in synced { state.setSyncState(.synced, of: key) }
-            for key in forgotten { state.setChange(key, nil) }
+            state.sync.unsentLosses.removeAll { answered.contains(ChangeName($0)) }
+            for key in synced { state.sync.setSyncState(.synced, of: key) }
+            for key in forgotten { state.sync.setChange(key, nil) }
             if let setting { state.settings[setting.name] = .some(setting.value) }
         }
     }
@@ -152,29 +152,29 @@ extension KeyValueStore {
     /// taken for a conflict.
     public func markPending(_ keys: [String]) throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
-            let keys = keys.filter { state.changes[$0] != nil && state.changes[$0]?.syncState != .pending }
-            let pending = state.pendingKeys.union(keys)
-            guard !pending.isEmpty || !state.unsentLosses.isEmpty else { return }
-            var losses = state.unsentLosses
+            let keys = keys.filter { state.sync.changes[$0] != nil && state.sync.changes[$0]?.syncState != .pending }
+            let pending = state.sync.pendingKeys.union(keys)
+            guard !pending.isEmpty || !state.sync.unsentLosses.isEmpty else { return }
+            var losses = state.sync.unsentLosses
             for index in losses.indices { losses[index].replaces = .unknown }
             try write(&state) { db in
                 try Self.saveSyncState(.pending, for: keys, db)
                 for key in pending { try Self.saveBase(nil, of: key, db) }
                 try Self.saveUnsentLosses(losses, db)
             }
-            for key in keys { state.setSyncState(.pending, of: key) }
-            for key in pending { state.setBase(.unknown, of: key) }
-            state.unsentLosses = losses
+            for key in keys { state.sync.setSyncState(.pending, of: key) }
+            for key in pending { state.sync.setBase(.unknown, of: key) }
+            state.sync.unsentLosses = losses
         }
     }
 
     /// Drops every unsent loss: the store now follows the remote's values, on request.
     public func discardUnsentLosses() throws(StoreError) {
         try state.withLock { (state: inout State) throws(StoreError) in
-            guard !state.unsentLosses.isEmpty else { return }
-            let losses = state.unsentLosses
+            guard !state.sync.unsentLosses.isEmpty else { return }
+            let losses = state.sync.unsentLosses
             try write(&state) { db in try Self.deleteUnsentLosses(losses, db) }
-            state.unsentLosses = []
+            state.sync.unsentLosses = []
         }
     }
 
@@ -187,7 +187,7 @@ extension KeyValueStore {
     func setSyncState(_ syncState: SyncState, for keys: [String], in state: inout State) throws(StoreError) {
         guard !keys.isEmpty else { return }
         try write(&state) { db in try Self.saveSyncState(syncState, for: keys, db) }
-        for key in keys { state.setSyncState(syncState, of: key) }
+        for key in keys { state.sync.setSyncState(syncState, of: key) }
     }
 
     static func saveSyncState(_ syncState: SyncState, for keys: [String], _ db: Database) throws {
@@ -218,13 +218,13 @@ extension KeyValueStore {
                 latest[change.key] = change
             }
             for change in latest.values.sorted(by: { $0.stamp < $1.stamp }) {
-                let current = state.changes[change.key]
+                let current = state.sync.changes[change.key]
                 if mode == .merge, let current, change.stamp <= current.stamp {
                     if change.stamp == current.stamp, current.syncState == .pending { confirmed.append(change) }
                     continue
                 }
                 if mode == .merge, let current, current.syncState == .pending {
-                    var loss = Self.stampedChange(change.key, current.stamp, state.entries[change.key])
+                    var loss = Self.stampedChange(change.key, current.stamp, state.values[change.key])
                     loss.replaces = current.base
                     losses.append(loss)
                 }
@@ -233,16 +233,14 @@ extension KeyValueStore {
                 }
                 rows.append((change.key, entry, change.stamp, mode == .rollback ? .refused : .synced))
             }
-            let changed = rows.filter { state.entries[$0.key]?.xml != $0.entry?.xml }.map(\.key)
+            let changed = rows.filter { state.values[$0.key]?.xml != $0.entry?.xml }.map(\.key)
             // Kept before the rows that replace them are committed: a crash in between pushes
             // a loss still pending, twice at worst, which is harmless.
             if !losses.isEmpty {
                 try write(&state) { db in try Self.saveUnsentLosses(losses, db) }
-                state.unsentLosses += losses
+                state.sync.unsentLosses += losses
             }
-            let usage = rows.reduce(state.usage) { usage, row in usage.replacing(state.entries[row.key], with: row.entry) }
             try commit(rows, in: &state)
-            state.usedBytes = usage.bytes
             let physical = milliseconds(now())
             for row in rows { state.clock.observe(row.stamp, physical: physical) }
             try markSynced(confirmed.map(\.key), in: &state)
