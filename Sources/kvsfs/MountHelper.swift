@@ -58,9 +58,21 @@ struct MountHelper: ParsableCommand {
 /// generic options mount(8) and fstab pass along are taken and ignored; anything else is
 /// refused by name.
 struct MountOptions {
-    private(set) var arguments: [String]
+    /// `ro` or `rw`, whichever a list names last: as mount(8) reads them, a later one undoes an
+    /// earlier one, so `-o ro -o rw` mounts read-write.
+    enum Access {
+        case readOnly
+        case readWrite
+    }
+
+    /// The arguments the options stand for, but the access (`access`).
+    private(set) var options: [String]
+    private(set) var access: Access?
     private(set) var foreground = false
     private(set) var dataDirectory: String?
+
+    /// The `kvsfs mount` arguments: the options, `--read-only` first when the list asks for it.
+    var arguments: [String] { (access == .readOnly ? ["--read-only"] : []) + options }
 
     /// Options with a value, and the `kvsfs mount` option each stands for.
     static let valued: [String: String] = [
@@ -73,9 +85,9 @@ struct MountOptions {
     /// Options without a value, and the `kvsfs mount` flag each stands for.
     static let flags: [String: String] = ["allow_other": "--allow-other", "ro": "--read-only", "debug": "-d"]
     /// What mount(8), fstab and mount.fuse3 pass along that means nothing more here: a FUSE
-    /// mount is always nodev and nosuid, and `rw` is the default.
+    /// mount is always nodev and nosuid. (`rw` is the default, and undoes an earlier `ro`.)
     static let ignored: Swift.Set<String> = [
-        "defaults", "rw", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
+        "defaults", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime", "relatime",
         "strictatime", "diratime", "nodiratime", "auto", "noauto", "user", "nouser", "users", "owner", "group",
         "_netdev", "nofail", "sync", "async",
     ]
@@ -83,19 +95,21 @@ struct MountOptions {
     /// The mount(8) form's arguments: `--store STORE MOUNTPOINT` and what `options` stand for.
     init(store: String, mountpoint: String, options: String) throws {
         try self.init(options: options)
-        arguments = ["--store", store, mountpoint] + arguments
+        self.options = ["--store", store, mountpoint] + self.options
     }
 
     /// The `kvsfs mount` arguments a comma-separated list of options stands for.
-    init(options: String) throws {
-        arguments = []
-        for option in options.split(separator: ",", omittingEmptySubsequences: true).map(String.init) {
+    init(options list: String) throws {
+        options = []
+        for option in list.split(separator: ",", omittingEmptySubsequences: true).map(String.init) {
             let (name, value) = option.firstIndex(of: "=").map { (String(option[..<$0]), String(option[option.index(after: $0)...])) }
                 ?? (option, nil)
-            if let flag = Self.flags[name], value == nil {
-                arguments.append(flag)
+            if name == "ro" || name == "rw", value == nil {
+                access = name == "ro" ? .readOnly : .readWrite
+            } else if let flag = Self.flags[name], value == nil {
+                options.append(flag)
             } else if let long = Self.valued[name], let value, !value.isEmpty {
-                arguments += [long, value]
+                options += [long, value]
                 if name == "data_dir" { dataDirectory = value }
             } else if name == "foreground", value == nil {
                 foreground = true
@@ -116,6 +130,18 @@ struct MountOptions {
     static func expanding(_ arguments: [String]) throws -> [String] {
         let takingValues = Swift.Set(valued.values).union(["--store"])
         var expanded = [String]()
+        // Where `--read-only` stands in `expanded`, given or from an `ro`: a later `rw` takes
+        // it out again, as mount(8) lets the last of the two win.
+        var readOnlyAt: [Int] = []
+        func take(_ list: String) throws {
+            let options = try MountOptions(options: list)
+            if options.access != nil {
+                for index in readOnlyAt.reversed() { expanded.remove(at: index) }
+                readOnlyAt = []
+            }
+            if options.access == .readOnly { readOnlyAt.append(expanded.count) }
+            expanded += options.arguments
+        }
         var remaining = arguments[...]
         while let argument = remaining.popFirst() {
             if argument == "--" {
@@ -125,11 +151,12 @@ struct MountOptions {
                 if let value = remaining.popFirst() { expanded.append(value) }
             } else if argument == "-o" {
                 guard let list = remaining.popFirst() else { throw CommandFailure("-o needs mount options, e.g. -o ro,quota_keys=3") }
-                expanded += try MountOptions(options: list).arguments
+                try take(list)
             } else if argument.hasPrefix("-o"), argument.count > 2 {
                 // getopt's attached form, as in -oro,quota_keys=3: no kvsfs mount option begins with -o.
-                expanded += try MountOptions(options: String(argument.dropFirst(2))).arguments
+                try take(String(argument.dropFirst(2)))
             } else {
+                if argument == flags["ro"] { readOnlyAt.append(expanded.count) }
                 expanded.append(argument)
             }
         }

@@ -24,6 +24,15 @@ struct MountOptionsTests {
         #expect(options.arguments == ["--store", "default", "/mnt/kv", "--history-versions", "3", "--history-days", "7"])
     }
 
+    @Test("of ro and rw, the last one named wins, as mount(8) reads them")
+    func lastAccessWins() throws {
+        #expect(try MountOptions(store: "s", mountpoint: "/m", options: "ro,quota_keys=3,rw").arguments == ["--store", "s", "/m", "--quota-keys", "3"])
+        #expect(try MountOptions(store: "s", mountpoint: "/m", options: "rw,ro").arguments == ["--read-only", "--store", "s", "/m"])
+        #expect(try MountOptions.expanding(["/mnt/kv", "-o", "ro", "-o", "rw"]) == ["/mnt/kv"])
+        #expect(try MountOptions.expanding(["--read-only", "/mnt/kv", "-orw,allow_other"]) == ["/mnt/kv", "--allow-other"])
+        #expect(try MountOptions.expanding(["-o", "rw", "/mnt/kv", "-o", "ro", "-o", "ro"]) == ["/mnt/kv", "--read-only"])
+    }
+
     @Test("device_name becomes --device-name")
     func deviceNameOption() throws {
         let options = try MountOptions(store: "default", mountpoint: "/mnt/kv", options: "device_name=ann's laptop")
