@@ -73,6 +73,6 @@ public struct HistoryMark: Sendable, Equatable, Codable, CustomStringConvertible
         HistoryMark(key: key, position: position) == self
     }
 
-    /// Longer than any key a store's quota allows.
-    public static let maximumKeyBytes = 4096
+    /// The key rule's bound (`KeyName.maximumBytes`): no remote holds a longer key.
+    public static let maximumKeyBytes = KeyName.maximumBytes
 }

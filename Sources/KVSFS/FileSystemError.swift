@@ -77,7 +77,8 @@ public enum ErrnoMapping {
             case .keyTooLong: return ENAMETOOLONG
             case .noSuchKey: return ENOENT
             case .storeInUse: return EBUSY
-            case .diskFull(_, let quota): return quota ? EDQUOT : ENOSPC
+            case .diskFull(_, .space): return ENOSPC
+            case .diskFull(_, .userQuota): return EDQUOT
             case .database(let message):
                 logger.error("store failure answered with EIO: \(message)")
                 return EIO

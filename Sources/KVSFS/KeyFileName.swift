@@ -6,6 +6,10 @@
 /// (`EditorFileRule`) has its first and last characters written as `%XX`. Only canonical
 /// names (those this mapping produces) name keys, so every key has exactly one file name.
 public enum KeyFileName {
+    /// The longest key, in bytes of UTF-8, a mount's key-name quota may allow: escaped whole,
+    /// three bytes for each, its file name is 240 bytes, within the 255 a name may have.
+    public static let longestKeyBytes = 80
+
     /// The file name of `key`.
     public static func fileName(forKey key: String) -> String {
         if key == "." { return "%2E" }

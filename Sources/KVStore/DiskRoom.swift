@@ -13,8 +13,8 @@ public enum DiskRoom {
     static func refusal(errno code: Int32, path: String) -> StoreError? {
         let directory = (path as NSString).deletingLastPathComponent
         switch code {
-        case ENOSPC: return .diskFull(directory: directory, quota: false)
-        case EDQUOT: return .diskFull(directory: directory, quota: true)
+        case ENOSPC: return .diskFull(directory: directory, .space)
+        case EDQUOT: return .diskFull(directory: directory, .userQuota)
         default: return nil
         }
     }
@@ -72,6 +72,6 @@ extension KeyValueStore {
         let directory = (database.path as NSString).deletingLastPathComponent
         guard let free = DiskRoom.freeBytes(at: directory) else { return }
         roomSeen.withLock { $0 = DiskRoom.Seen(free: free, at: now) }
-        if free < needed { throw .diskFull(directory: directory, quota: false) }
+        if free < needed { throw .diskFull(directory: directory, .space) }
     }
 }

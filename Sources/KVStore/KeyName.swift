@@ -9,6 +9,12 @@ import Foundation
 /// the mount (listed in NFC), one count against the quotas. Once normalised, keys compare by
 /// their bytes, as both databases compare them and as Swift's string equality then agrees.
 public enum KeyName {
+    /// The longest key, in bytes of UTF-8, that any door takes, whatever a store's key-name
+    /// quota says (that quota is judged per change, later): the wire's bound (KVWire's
+    /// `WireLimits`) and a history mark's. A mount's own quota is lower still
+    /// (`KeyFileName.longestKeyBytes` in KVSFS), so that every key has a file name.
+    public static let maximumBytes = 1024
+
     /// `key` in Normalization Form C.
     public static func canonical(_ key: String) -> String {
         isASCII(key) ? key : composingHangul(key.precomposedStringWithCanonicalMapping)

@@ -25,9 +25,9 @@ public enum StoreError: Error, Equatable, Sendable {
     /// SQLite failed; the message is SQLite's.
     case database(String)
     /// The file system holding the store's data directory (its database and journal) had no
-    /// room for the change, or the user's disk quota on it is spent (`quota`): nothing was
-    /// committed, and the store takes changes again once there is room (`DiskRoom`).
-    case diskFull(directory: String, quota: Bool)
+    /// room for the change (`shortage` says which room): nothing was committed, and the store
+    /// takes changes again once there is room (`DiskRoom`).
+    case diskFull(directory: String, DiskShortage)
     /// Local writes are refused: the remote only lets this device read the store.
     case readOnly(String)
     /// A key's conflict is no longer the one a request named (a later change settled or
@@ -51,10 +51,18 @@ extension StoreError: CustomStringConvertible {
         case .storeInUse(let path): "the store \(path) is already mounted by another kvsfs process"
         case .invalidStoreName(let name): "invalid store name \(name): use letters, digits, '.', '_' and '-'"
         case .database(let message): "database error: \(message)"
-        case .diskFull(let directory, let quota):
-            quota ? "the disk quota on the file system of \(directory) is spent" : "the disk holding \(directory) is full"
+        case .diskFull(let directory, .space): "the disk holding \(directory) is full"
+        case .diskFull(let directory, .userQuota): "the disk quota on the file system of \(directory) is spent"
         case .readOnly(let reason): "the store is read-only here: \(reason)"
         case .conflictChanged(let key): "the conflict of \(key.debugDescription) is not the one named: it changed since it was read"
         }
     }
+}
+
+/// Which room a write found none of on the disk holding the store.
+public enum DiskShortage: Sendable, Equatable {
+    /// The file system is full (ENOSPC).
+    case space
+    /// The user's disk quota on it is spent (EDQUOT).
+    case userQuota
 }

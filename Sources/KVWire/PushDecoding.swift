@@ -8,8 +8,8 @@ public enum WireLimits {
     public static let maximumPushBytes = 4 << 20
     /// Changes in one push: a device with more pending sends several pushes (`encodePushes`).
     public static let maximumChangesPerPush = 10_000
-    /// A key, in UTF-8 bytes. (A store's own key-name quota is judged per change, later.)
-    public static let maximumKeyBytes = 1024
+    /// A key, in UTF-8 bytes: the key rule's bound (`KeyName.maximumBytes`).
+    public static let maximumKeyBytes = KeyName.maximumBytes
     /// A change stamp's device id, in UTF-8 bytes.
     public static let maximumDeviceBytes = StampRule.maximumDeviceBytes
     /// Arrays and objects inside one another in a push (a push itself needs 4).

@@ -37,7 +37,7 @@ struct Mount: ParsableCommand {
     @Option(name: .customLong("quota-keys"), help: "Limit on the number of keys (kept for the store).")
     var keys: Int?
 
-    @Option(name: .customLong("quota-key-length"), help: "Limit on a key name, in bytes of UTF-8, at most 80 (kept for the store).")
+    @Option(name: .customLong("quota-key-length"), help: "Limit on a key name, in bytes of UTF-8, at most \(KeyFileName.longestKeyBytes) (kept for the store).")
     var keyNameBytes: Int?
 
     @Flag(name: .customLong("allow-other"), help: "Let other users use the mount.")
@@ -77,7 +77,9 @@ struct Mount: ParsableCommand {
         for (name, value) in [("--quota-total", totalBytes), ("--quota-value", valueBytes), ("--quota-keys", keys), ("--quota-key-length", keyNameBytes)] {
             if let value, value < 1 { throw ValidationError("\(name) must be a positive number") }
         }
-        if let keyNameBytes, keyNameBytes > 80 { throw ValidationError("--quota-key-length can be at most 80, so that every key has a file name") }
+        if let keyNameBytes, keyNameBytes > KeyFileName.longestKeyBytes {
+            throw ValidationError("--quota-key-length can be at most \(KeyFileName.longestKeyBytes), so that every key has a file name")
+        }
         if let deviceName, !DeviceName.isValid(deviceName) {
             do {
                 try DeviceName.check(deviceName)
@@ -217,13 +219,13 @@ struct Mount: ParsableCommand {
         } catch {
             opened = error
         }
-        guard case .diskFull(_, let quota) = opened else { throw opened }
-        throw CommandFailure("cannot open the store '\(store.storeID)' in \(dataDirectory.path): \(Self.noRoom(quota: quota, in: dataDirectory.path)); free some space and mount again")
+        guard case .diskFull(_, let shortage) = opened else { throw opened }
+        throw CommandFailure("cannot open the store '\(store.storeID)' in \(dataDirectory.path): \(Self.noRoom(shortage, in: dataDirectory.path)); free some space and mount again")
     }
 
     /// Why a disk had no room, with what it has left when it says.
-    private static func noRoom(quota: Bool, in directory: String) -> String {
-        if quota { return "your disk quota on its file system is spent" }
+    private static func noRoom(_ shortage: DiskShortage, in directory: String) -> String {
+        if shortage == .userQuota { return "your disk quota on its file system is spent" }
         guard let free = DiskRoom.freeBytes(at: directory) else { return "the disk is full" }
         return "the disk is full (\(counted(free, "byte")) free)"
     }
