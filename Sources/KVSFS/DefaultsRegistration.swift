@@ -16,8 +16,14 @@ extension KeyValueFileSystem {
     /// Shows `defaults` for every key without a value, in place of those registered before:
     /// a file showing a default that is no longer registered is removed from the directory, one
     /// whose default changed shows the new value. Keys with a value are untouched.
+    ///
+    /// The directory changes at once, as one. Then each file that appeared, changed or went is
+    /// shown through the applier as a writer's create, write or unlink would be
+    /// (`MountApplier.show(shownWithoutStore:newKeys:)`), so that the kernel raises the same
+    /// inotify events as for a value; what it cannot show needs nothing more, as the kernel
+    /// caches nothing a default decides. Called without the namespace lock.
     public func registerDefaults(_ defaults: RegisteredDefaults) {
-        state.withLock { ns in
+        let (changes, added) = state.withLock { ns in
             let now = Date()
             let before = ns.defaults
             ns.defaults = defaults
@@ -39,7 +45,31 @@ extension KeyValueFileSystem {
                 node.rendered = nil
             }
             if Swift.Set(before.values.keys) != Swift.Set(defaults.values.keys) { ns.directoryModifiedAt = now }
+            return defaultsShown(from: before, to: defaults, in: ns)
         }
+        guard !changes.isEmpty, let applier else { return }
+        _ = applier.show(shownWithoutStore: changes, newKeys: added)
+    }
+
+    /// What a new set of defaults changed in the files of keys without a value, as changes for
+    /// the applier to show (the default's value, or a removal), and the keys whose file is new.
+    /// A file kept for a writer that has it open (a placeholder now) is not shown.
+    private func defaultsShown(from before: RegisteredDefaults, to after: RegisteredDefaults,
+                               in ns: Namespace) -> (changes: [StampedChange], added: Swift.Set<String>) {
+        var changes: [StampedChange] = []
+        var added = Swift.Set<String>()
+        for key in Swift.Set(before.values.keys).union(after.values.keys).sorted() {
+            guard store.entry(forKey: key) == nil, ns.hiddenKeys[key] == nil, before[key] != after[key] else { continue }
+            guard let registered = after[key] else {
+                if ns.names[KeyFileName.fileName(forKey: key)] == nil {
+                    changes.append(StampedChange(key: key, value: nil, type: nil, stamp: ShownChange.unstamped))
+                }
+                continue
+            }
+            if before[key] == nil { added.insert(key) }
+            changes.append(StampedChange(key: key, value: Data(registered.xml), type: registered.value.type, stamp: ShownChange.unstamped))
+        }
+        return (changes, added)
     }
 
     /// How long the kernel may remember that a name does not exist.

@@ -87,6 +87,20 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
         }
     }
 
+    /// Shows changes of what files show without a value in the store (a registered default
+    /// added, changed or no longer registered), which the mount already shows; as `show`.
+    public func show(shownWithoutStore changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String> {
+        queue.sync {
+            guard begin() else { return Swift.Set(changes.map(\.key)) }
+            defer { end() }
+            var unshown = Swift.Set<String>()
+            for change in changes.sorted(by: { $0.key < $1.key }) where !showNow(change, keyIsNew: newKeys.contains(change.key)) {
+                unshown.insert(change.key)
+            }
+            return unshown
+        }
+    }
+
     /// Ends the applier's process; a later batch starts another.
     public func stop() {
         queue.async { [self] in
@@ -185,10 +199,18 @@ public protocol ChangeShowing: Sendable {
     func shownChange(for context: RequestContext) -> ShownChange?
     /// Shows keys the store changed without the kernel; returns those it could not show.
     func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String>
+    /// Shows changes the mount made to files without a value (registered defaults); returns
+    /// the keys it could not show.
+    func show(shownWithoutStore changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String>
 }
 
-/// A change the applier is showing through the mount, which the store already holds.
+/// A change the applier is showing through the mount, which the mount already holds: one the
+/// store holds, or what a file without a value shows (a registered default, stamped with
+/// `ShownChange.unstamped`, or its removal).
 public struct ShownChange: Sendable, Equatable {
+    /// The stamp of a shown change the store does not hold: no device's.
+    public static let unstamped = ChangeStamp(time: 0, counter: 0, device: "")
+
     public let change: StampedChange
     /// Whether the key had no value before the change: the store takes the change before it
     /// is shown, and the kernel raises IN_CREATE only for a file it creates, so the applier's

@@ -17,6 +17,10 @@ private final class OneApplier: ChangeShowing {
     }
 
     func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String> { Swift.Set(keys) }
+
+    func show(shownWithoutStore changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String> {
+        Swift.Set(changes.map(\.key))
+    }
 }
 
 /// The sync side, for the root's attributes and fsync.
