@@ -5,8 +5,9 @@ import Glibc
 import KVStore
 import Synchronization
 
-/// The one door for every change the kernel did not make: remote changes (`apply`), and an
-/// import or a settled conflict (`show`). The store takes each change once; then
+/// The one door for every change the kernel did not make: remote changes (`apply`), an
+/// import or a settled conflict (`show`), and a reload of registered defaults
+/// (`show(shownWithoutStore:newKeys:)`). The store takes each change once; then
 /// each key whose value changed is shown through the mount's own path, from a process of its
 /// own (`ApplierProcess`), as a program would: its file written (open with O_TRUNC, write,
 /// close) or unlinked. So the kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and
