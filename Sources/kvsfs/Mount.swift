@@ -203,7 +203,14 @@ struct Mount: ParsableCommand {
         Readiness.stopping()
         sync?.stop()
         applier.stop()
-        try keyValueStore.makeDurable()
+        do {
+            try keyValueStore.makeDurable()
+        } catch {
+            // Unmounted all the same: what is committed is in the journal, which the next mount
+            // replays; only its way to the disk's own copy is what failed.
+            throw CommandFailure("unmounted, but the store could not be made durable: \(error); every acknowledged write is kept "
+                + "in its journal and taken in at the next mount, but one not saved with fsync may be lost if the machine stops before then")
+        }
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }
         logger.info("unmounted cleanly: every acknowledged write is committed")
