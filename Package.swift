@@ -58,7 +58,7 @@ let package = Package(
             .product(name: "Prometheus", package: "swift-prometheus"),
         ]),
         .target(name: "KVPostgres", dependencies: [
-            "KVStore", "KVCloud", "KVServer", "KVNetwork",
+            "KVStore", "KVCloud", "KVNetwork",
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "Logging", package: "swift-log"),

@@ -3,7 +3,7 @@ import KVStore
 
 /// A remote's change log, as every side of sync sees it: per store, each key's latest accepted
 /// change and the order changes were accepted in (the cursor), behind one merge rule and the
-/// store's quotas. A mount reaches it through `ChangeLogRemote`; a server keeps its stores in
+/// store's quotas. A mount's sync engine syncs one store of it; a server keeps its stores in
 /// one. Four implementations pass one conformance suite: in memory and in a SQLite file
 /// (`EmbeddedChangeLog`), in PostgreSQL, and over HTTP (`HTTPChangeLog`, a `kvsfs serve`).
 ///

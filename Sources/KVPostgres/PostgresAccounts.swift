@@ -1,5 +1,5 @@
 import Foundation
-import KVServer
+import KVCloud
 import PostgresNIO
 
 // Accounts and token rows (`kvsfs_account`, `kvsfs_token`), as `AccountDirectory` keeps them.

@@ -1,6 +1,5 @@
 import Foundation
 import KVCloud
-import KVServer
 import KVStore
 import Logging
 import PostgresNIO

@@ -1,7 +1,6 @@
 import Foundation
 import KVCloud
 import KVNetwork
-import KVServer
 import KVStore
 import Logging
 import PostgresNIO

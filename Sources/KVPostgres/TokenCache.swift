@@ -1,4 +1,4 @@
-import KVServer
+import KVCloud
 import Synchronization
 
 /// Active tokens an instance has looked up, kept while it hears every revocation.

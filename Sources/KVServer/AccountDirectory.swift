@@ -1,62 +1,7 @@
 import Crypto
 import Foundation
+import KVCloud
 import KVStore
-
-/// What a token may do.
-public struct TokenScope: Sendable, Equatable {
-    public var account: String
-    /// The one store the token reaches; nil for every store of its account.
-    public var store: String?
-    public var readOnly: Bool
-
-    public init(account: String, store: String?, readOnly: Bool) {
-        self.account = account
-        self.store = store
-        self.readOnly = readOnly
-    }
-
-    /// Whether the token may read `store` of `account`.
-    public func canRead(account: String, store: String) -> Bool {
-        account == self.account && (self.store == nil || self.store == store)
-    }
-
-    public func canWrite(account: String, store: String) -> Bool {
-        canRead(account: account, store: store) && !readOnly
-    }
-}
-
-/// A token as listed (never its secret).
-public struct TokenInfo: Sendable, Equatable {
-    public var id: String
-    public var scope: TokenScope
-    public var createdAt: Date
-    public var revoked: Bool
-
-    public init(id: String, scope: TokenScope, createdAt: Date, revoked: Bool) {
-        self.id = id
-        self.scope = scope
-        self.createdAt = createdAt
-        self.revoked = revoked
-    }
-}
-
-public enum AccountError: Error, Equatable, Sendable, CustomStringConvertible {
-    case invalidName(String)
-    case accountExists(String)
-    case noSuchAccount(String)
-    case noSuchToken(String)
-    case database(String)
-
-    public var description: String {
-        switch self {
-        case .invalidName(let name): "invalid account name '\(name)': use 1 to 32 lowercase letters, digits, '_' and '-'"
-        case .accountExists(let name): "account \(name) exists already"
-        case .noSuchAccount(let name): "no account \(name)"
-        case .noSuchToken(let id): "no token \(id)"
-        case .database(let message): "database error: \(message)"
-        }
-    }
-}
 
 /// Accounts and their tokens, kept in the server's storage. A token is shown once, when it is
 /// made; only the SHA-256 of its secret is stored. Every check reads the storage, so a revoked

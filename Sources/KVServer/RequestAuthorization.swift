@@ -1,4 +1,5 @@
 import Hummingbird
+import KVCloud
 import KVStore
 import KVWire
 import Logging

@@ -1,3 +1,4 @@
+import KVCloud
 import Synchronization
 
 /// The looks again that open event streams take at their tokens (`stillActiveToken`), shared by

@@ -12,7 +12,7 @@ extension SyncEngine {
     func checkAccount() async throws {
         if let last = lastAccountCheck.withLock({ $0 }), clock.elapsed - last < accountCheckInterval { return }
         let identity = try await remote.identity()
-        store.setReadOnly(try await remote.readOnlyReason())
+        store.setReadOnly(try await remote.readOnlyReason(of: remoteStore))
         lastAccountCheck.withLock { $0 = clock.elapsed }
         let recorded = try store.setting(.remoteIdentity)
         guard recorded != identity else { return }
@@ -37,7 +37,7 @@ extension SyncEngine {
     func resynchronise(identity: String?, because reason: String, history: WholeHistory? = nil) async throws {
         let gaps = history == nil ? auditCount.withLock { $0.gaps } : nil
         // Found by this mount's own position: its other mounts may not be able to tell.
-        if identity == nil, let recorded = try store.setting(.remoteIdentity) { try await remote.renewIdentity(replacing: recorded) }
+        if identity == nil, let recorded = try store.setting(.remoteIdentity) { _ = try await remote.renewIdentity(replacing: recorded) }
         let fetched = if let history { history } else { try await fetchWholeHistory() }
         let (remoteChanges, position) = (fetched.changes, fetched.position)
         let lost = store.allChanges().filter { fetched.lacks($0) && !neverAccepted($0, by: fetched) }

@@ -17,7 +17,11 @@ import Synchronization
 /// `Resynchronisation.swift` handles a remote whose history is not the one this mount saw.
 public final class SyncEngine: Sendable {
     let store: KeyValueStore
-    let remote: any Remote
+    /// The remote's change log, and the name of the store this mount syncs in it. Its errors
+    /// (`CloudError`) say what the engine does next: retry after a backoff or the remote's
+    /// Retry-After, or resynchronise on a history mismatch.
+    let remote: any ChangeLog
+    let remoteStore: String
     let applier: any ExternalChangeApplying
     let onEvent: @Sendable (SyncEvent) -> Void
     /// How long a local change waits for others to join it before the push.
@@ -64,7 +68,7 @@ public final class SyncEngine: Sendable {
     /// `debounce` is how long a local change waits for others to join it before the push;
     /// `clock` times every wait (debounce, backoff, retry-after, the periodic round, the
     /// account check); `jitter` draws the backoff's random part.
-    public init(store: KeyValueStore, remote: any Remote, applier: any ExternalChangeApplying,
+    public init(store: KeyValueStore, remote: any ChangeLog, remoteStore: String, applier: any ExternalChangeApplying,
                 debounce: Duration = .milliseconds(2), clock: any Clock<Duration> = ContinuousClock(),
                 jitter: sending any RandomNumberGenerator = SystemRandomNumberGenerator(),
                 onEvent: @escaping @Sendable (SyncEvent) -> Void = { _ in }) {
@@ -72,6 +76,7 @@ public final class SyncEngine: Sendable {
         self.jitter = Mutex(jitter)
         self.store = store
         self.remote = remote
+        self.remoteStore = remoteStore
         self.applier = applier
         self.onEvent = onEvent
         self.debounce = debounce

@@ -10,6 +10,14 @@ extension SyncEngine {
     /// more keys than this changed on the remote since the last fetch.
     static let keysPerApply = 20_000
 
+    /// The most changes one fetch asks for.
+    static let batchLimit = 4096
+
+    /// One page of the remote's changes after `cursor`, checked against `mark`.
+    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+        try await remote.changes(in: remoteStore, after: cursor, mark: mark, limit: Self.batchLimit)
+    }
+
     /// Fetches and applies what the remote accepted since the cursor. The very first fetch
     /// into this store is the initial sync.
     func pull() async throws {
@@ -24,7 +32,7 @@ extension SyncEngine {
         while true {
             let batch: ChangeBatch
             do {
-                batch = try await remote.fetch(after: fetched.cursor, mark: fetched.mark)
+                batch = try await fetch(after: fetched.cursor, mark: fetched.mark)
             } catch let error as CloudError where error.isHistoryMismatch {
                 // Found after this round's push: push what the remote lost now.
                 return try await resynchroniseAndPush(because: "the remote's history is not the one this mount saw: \(error)")
@@ -113,7 +121,7 @@ extension SyncEngine {
     func fetchWholeHistory(checking mark: HistoryMark? = nil) async throws -> WholeHistory {
         var history = WholeHistory(position: SyncPosition(cursor: 0, mark: mark))
         while true {
-            let batch = try await remote.fetch(after: history.position.cursor, mark: history.position.mark)
+            let batch = try await fetch(after: history.position.cursor, mark: history.position.mark)
             let admission = admit(batch)
             try store.keepDeviceNames(batch.namedDevices)
             // A key's change given again later (with its conflict) is the one the remote holds.

@@ -72,7 +72,10 @@ extension SyncEngine {
                     knownPosition.update { $0 = $0 ?? stored }
                 }
                 let seen = knownPosition.value ?? .start
-                if try await remote.waitForChanges(after: seen.cursor, mark: seen.mark, timeout: .seconds(10)) {
+                let changed = try await remote.waitForChanges(in: remoteStore, after: seen.cursor, mark: seen.mark, timeout: .seconds(10))
+                // A log's wait answers false when the task is cancelled: the engine is stopping.
+                try Task.checkCancellation()
+                if changed {
                     // A round moved the position meanwhile (our own push, say): look again from there.
                     guard knownPosition.value == seen else { continue }
                     wake.signal()

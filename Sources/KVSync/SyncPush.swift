@@ -8,7 +8,7 @@ extension SyncEngine {
     /// Pushes `pending` with the mount's history mark, and records what became of it.
     func send(_ pending: [StampedChange]) async throws -> PushOutcome {
         let known = try storedPosition()
-        let outcome = answers(to: pending, in: try await remote.push(try named(pending), mark: known?.mark))
+        let outcome = answers(to: pending, in: try await remote.push(try named(pending), to: remoteStore, mark: known?.mark))
         // What the push stored is known to be in the remote's history from now on; and when
         // nobody else pushed since our last fetch, it is all ours: no need to fetch it. Before
         // the first fetch there is no position yet: that fetch is the initial sync.

@@ -17,8 +17,9 @@ final class ControlSocket: @unchecked Sendable {
     private let address: ControlAddress
     private let listener: Int32
     private let fileSystem: KeyValueFileSystem
-    /// The mount's remote's record of past versions; nil for a mount without a remote.
-    private let history: (any RemoteHistory)?
+    /// The change log of the mount's remote, which keeps past versions, and the mount's store
+    /// in it; nil for a mount without a remote.
+    private let history: (log: any ChangeLog, store: String)?
     /// The mount's sync; nil for a mount without a remote.
     private let sync: (any MountSynchronizer)?
     /// The mount's directory: a request names it by its device.
@@ -45,7 +46,7 @@ final class ControlSocket: @unchecked Sendable {
     /// How long one connection may take to send its request or read its answer.
     static let connectionDeadline = 10
 
-    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (any RemoteHistory)?, sync: (any MountSynchronizer)?,
+    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (log: any ChangeLog, store: String)?, sync: (any MountSynchronizer)?,
          mountpoint: String, logger: Logger) throws {
         self.address = address
         self.fileSystem = fileSystem
@@ -178,7 +179,7 @@ final class ControlSocket: @unchecked Sendable {
             return Array(try JSONEncoder().encode(plan))
         case .history:
             let key = try requestedKey(request)
-            let versions = try askRemote { history in try await history.history(of: key) }
+            let versions = try askRemote { log, store in try await log.history(of: key, in: store) }
             // A device the remote keeps no name of may be known here: this one's own, or one a
             // fetch named.
             let known = try fileSystem.store.deviceNames(of: versions.filter { $0.deviceName == nil }.map(\.stamp.device))
@@ -186,7 +187,7 @@ final class ControlSocket: @unchecked Sendable {
         case .version:
             let key = try requestedKey(request)
             guard let version = request.version, version > 0 else { throw CommandFailure("the request names no version") }
-            return Array(try JSONEncoder().encode(try askRemote { history in try await history.version(version, of: key) }))
+            return Array(try JSONEncoder().encode(try askRemote { log, store in try await log.version(version, of: key, in: store) }))
         case .conflicts:
             let conflicts = fileSystem.store.conflicts()
             let devices = try fileSystem.store.deviceNames(of: conflicts.flatMap(\.devices))
@@ -253,9 +254,9 @@ final class ControlSocket: @unchecked Sendable {
     }
 
     /// Asks the remote, which keeps the history, for at most `remoteDeadline`.
-    private func askRemote<T: Sendable>(_ question: @escaping @Sendable (any RemoteHistory) async throws -> T) throws -> T {
+    private func askRemote<T: Sendable>(_ question: @escaping @Sendable (any ChangeLog, String) async throws -> T) throws -> T {
         guard let history else { throw CommandFailure("this mount has no remote, and history is kept by a remote") }
-        guard let answer = waitFor({ try await question(history) }, timeout: .seconds(Self.remoteDeadline)) else {
+        guard let answer = waitFor({ try await question(history.log, history.store) }, timeout: .seconds(Self.remoteDeadline)) else {
             throw CommandFailure("the remote did not answer within \(Self.remoteDeadline) s")
         }
         do {

@@ -153,7 +153,7 @@ struct Mount: ParsableCommand {
         // The one door for changes the kernel did not make: remote ones, an import, a resolve.
         let applier = MountApplier(mountpoint: path, store: keyValueStore)
         let sync = try remote.map { remote in
-            try MountSync(store: keyValueStore, remote: remote, applier: applier,
+            try MountSync(store: keyValueStore, remote: remote, remoteStore: store.storeID, applier: applier,
                           eventLogPath: dataDirectory.appendingPathComponent("\(store.storeID).events.jsonl").path, logger: logger)
         }
         let fileSystem = KeyValueFileSystem(
@@ -190,7 +190,7 @@ struct Mount: ParsableCommand {
         let control: ControlSocket?
         do {
             control = try ControlSocket(address: ControlAddress(dataDirectory: dataDirectory.path, storeID: store.storeID),
-                                        fileSystem: fileSystem, history: remote, sync: sync, mountpoint: path, logger: logger)
+                                        fileSystem: fileSystem, history: remote.map { ($0, store.storeID) }, sync: sync, mountpoint: path, logger: logger)
         } catch {
             logger.warning("\(error); kvsfs sync, export, import, history and revert will not reach this mount")
             control = nil
@@ -240,7 +240,7 @@ struct Mount: ParsableCommand {
     /// What the mount says as it starts: the store, where it lives and what it holds, the
     /// remote, the format and the quotas, so that a store kept from before is noticed.
     private func startLine(store keyValueStore: KeyValueStore, deviceName: String, dataDirectory: URL, mountpoint: String,
-                           remote: ChangeLogRemote?) -> String {
+                           remote: (any ChangeLog)?) -> String {
         let usage = keyValueStore.usage
         let kept = usage.keys == 0 ? "no keys yet" : "\(counted(usage.keys, "key")) (\(counted(usage.bytes, "byte"))) kept from before"
         let limits = keyValueStore.limits
@@ -251,22 +251,22 @@ struct Mount: ParsableCommand {
             + "\(counted(limits.keys, "key")), key names of \(limits.keyNameBytes) bytes"
     }
 
-    /// The remote `--remote` names; nil for none.
-    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?, token: String?) throws -> ChangeLogRemote? {
+    /// The change log of the remote `--remote` names, which keeps this mount's store under its
+    /// store id; nil for none.
+    private func makeRemote(dataDirectory: URL, limits: QuotaLimits?, token: String?) throws -> (any ChangeLog)? {
         let url = remote ?? "file://" + dataDirectory.appendingPathComponent("cloud.sqlite").path
         if url == "none" { return nil }
         if let path = RemoteLocation.filePath(url) {
             // The file remote belongs to the same user: --quota-* set its limits too.
-            let log = EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits, history: requestedHistory)
-            return ChangeLogRemote(log, store: store.storeID)
+            return EmbeddedChangeLog.file(path: path, store: store.storeID, limits: limits, history: requestedHistory)
         }
         let id = store.storeID
         guard let token else { throw CommandFailure("a sync server needs a token: give --token-file FILE or set KVSFS_TOKEN") }
-        guard let tlsCA else { return ChangeLogRemote(HTTPChangeLog(url: url, token: token, identityStore: id), store: id) }
+        guard let tlsCA else { return HTTPChangeLog(url: url, token: token, identityStore: id) }
         try OwnFiles.checkRegularFile(tlsCA, what: "the CA certificate")
         do {
             let client = try HTTPChangeLog.client(trusting: tlsCA)
-            return ChangeLogRemote(HTTPChangeLog(url: url, token: token, client: client, identityStore: id), store: id)
+            return HTTPChangeLog(url: url, token: token, client: client, identityStore: id)
         } catch let error as CloudError {
             throw CommandFailure(error.description)
         }

@@ -34,13 +34,15 @@ enum RemoteLocation {
 final class MountSync: MountSynchronizer {
     let engine: SyncEngine
     private let store: KeyValueStore
-    private let remote: any Remote
+    private let remote: any ChangeLog
     private let applier: MountApplier
     private let events: EventLog
     private let waits = RemoteWaits()
     private let logger: Logger
 
-    init(store: KeyValueStore, remote: any Remote, applier: MountApplier, eventLogPath: String, logger: Logger) throws {
+    /// `remote` is the remote's change log, `remoteStore` the name of this mount's store in it.
+    init(store: KeyValueStore, remote: any ChangeLog, remoteStore: String, applier: MountApplier, eventLogPath: String,
+         logger: Logger) throws {
         self.store = store
         self.remote = remote
         self.logger = logger
@@ -50,7 +52,7 @@ final class MountSync: MountSynchronizer {
             throw CommandFailure("cannot open the event log \(eventLogPath): \(error)")
         }
         self.applier = applier
-        engine = SyncEngine(store: store, remote: remote, applier: applier) { [events] event in
+        engine = SyncEngine(store: store, remote: remote, remoteStore: remoteStore, applier: applier) { [events] event in
             Self.append(event, to: events, logger: logger)
             let message = event.message ?? ""
             switch event.reason {

@@ -11,11 +11,17 @@ import Testing
 /// One behaviour, four change logs: in memory and in a SQLite file (`EmbeddedChangeLog`), in
 /// PostgreSQL (a server's storage, on $KVSFS_TEST_POSTGRES), and over HTTP from a real
 /// `kvsfs serve` (`HTTPChangeLog`). Whatever a mount or a server relies on of a log is here.
+/// The sync tests' fakes pass too, with no fault scheduled: a memory log behind them is `wrapped`.
 @Suite("The change log protocol", .hangGuard)
 struct ChangeLogConformanceTests {
     enum Kind: String, CaseIterable, CustomTestStringConvertible, Sendable {
-        case memory, sqlite, postgres, http
+        case memory, sqlite, postgres, http, wrapped
         var testDescription: String { rawValue }
+    }
+
+    /// `log` behind the sync tests' fakes, online and with no fault scheduled.
+    static func wrapped(_ log: any ChangeLog) -> any ChangeLog {
+        InterruptibleRemote(FaultyRemote(log, seed: 1, faultPercent: 0))
     }
 
     /// Runs `body` with a fresh, empty log of `kind` and the name of a store in it; always
@@ -27,6 +33,9 @@ struct ChangeLogConformanceTests {
         case .memory:
             let storage = MemoryCloudStorage()
             try await body(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, "default")
+        case .wrapped:
+            let storage = MemoryCloudStorage()
+            try await body(Self.wrapped(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }), "default")
         case .sqlite:
             try await body(EmbeddedChangeLog.file(path: directory.path + "/cloud.sqlite", store: "default"), "default")
         case .postgres:

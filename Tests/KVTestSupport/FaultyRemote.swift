@@ -4,13 +4,13 @@ import KVStore
 import KVSync
 import Synchronization
 
-/// A remote whose every call meets a fault drawn from a seeded schedule, around a real remote:
+/// A remote whose every call meets a fault drawn from a seeded schedule, around a real change log:
 /// the request is lost (nothing happens), the answer is lost (the call took effect but the
 /// caller hears "unreachable"), a push arrives twice, a fetched batch comes with its changes
 /// shuffled and some repeated, an answer given earlier arrives again instead of the one asked
 /// for, the call is delayed, or the remote answers 503 with a Retry-After. `partition` cuts it
 /// off altogether. The same seed gives the same faults for the same sequence of calls.
-public final class FaultyRemote: Remote {
+public final class FaultyRemote: ChangeLogWrapper {
     /// How many calls met each fault.
     public struct Tally: Sendable, Equatable, CustomStringConvertible {
         public var calls = 0
@@ -63,18 +63,16 @@ public final class FaultyRemote: Remote {
         var served: [ChangeBatch] = []
     }
 
-    private let base: any Remote
+    public let base: any ChangeLog
     private let state: Mutex<State>
     /// The chance, out of 100, that a call meets a fault.
     private let faultPercent: UInt64
 
-    public init(_ base: any Remote, seed: UInt64, faultPercent: Int = 30) {
+    public init(_ base: any ChangeLog, seed: UInt64, faultPercent: Int = 30) {
         self.base = base
         state = Mutex(State(generator: SeededGenerator(seed: seed)))
         self.faultPercent = UInt64(faultPercent)
     }
-
-    public var description: String { base.description }
 
     public var tally: Tally { state.withLock { $0.tally } }
 
@@ -129,18 +127,18 @@ public final class FaultyRemote: Remote {
     }
 
     /// Runs `call` under the fault drawn for it.
-    private func faulty<T>(_ name: String, _ call: () async throws -> T) async throws -> T {
+    private func faulty<T>(_ name: String, _ call: () async throws(CloudError) -> T) async throws(CloudError) -> T {
         switch try draw(for: name) {
         case .lostRequest:
-            throw CloudError.unavailable("the request was lost (test)")
+            throw .unavailable("the request was lost (test)")
         case .lostAnswer:
             _ = try await call()
-            throw CloudError.unavailable("the answer was lost (test)")
+            throw .unavailable("the answer was lost (test)")
         case .delay(let delay):
-            try await Task.sleep(for: delay)
+            await Self.sleep(for: delay)
             return try await call()
         case .busy(let after):
-            throw CloudError.busy(retryAfter: after, "busy (test)")
+            throw .busy(retryAfter: after, "busy (test)")
         case .duplicate:
             _ = try await call()
             return try await call()
@@ -149,35 +147,40 @@ public final class FaultyRemote: Remote {
         }
     }
 
-    public func identity() async throws -> String {
-        try await faulty("identity") { try await base.identity() }
+    /// A delay, cut short when the task is cancelled: the call goes ahead, as a slow answer would.
+    private static func sleep(for delay: Duration) async {
+        do { try await Task.sleep(for: delay) } catch {}
     }
 
-    public func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
-        try await faulty("push") { try await base.push(changes, mark: mark) }
+    public func identity() async throws(CloudError) -> String {
+        try await faulty("identity") { () async throws(CloudError) in try await base.identity() }
     }
 
-    public func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+        try await faulty("push") { () async throws(CloudError) in try await base.push(changes, to: store, mark: mark) }
+    }
+
+    public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         let fault = try draw(for: "fetch")
         switch fault {
         case .lostRequest:
-            throw CloudError.unavailable("the request was lost (test)")
+            throw .unavailable("the request was lost (test)")
         case .busy(let after):
-            throw CloudError.busy(retryAfter: after, "busy (test)")
+            throw .busy(retryAfter: after, "busy (test)")
         case .delay(let delay):
-            try await Task.sleep(for: delay)
+            await Self.sleep(for: delay)
         case .stale:
             // An earlier answer, arriving late: a batch from an older cursor.
             if let old = state.withLock({ state in state.served.randomElement(using: &state.generator) }) { return old }
         default:
             break
         }
-        var batch = try await base.fetch(after: cursor, mark: mark)
+        var batch = try await base.changes(in: store, after: cursor, mark: mark, limit: limit)
         state.withLock { state in
             state.served.append(batch)
             if state.served.count > 8 { state.served.removeFirst() }
         }
-        if case .lostAnswer = fault { throw CloudError.unavailable("the answer was lost (test)") }
+        if case .lostAnswer = fault { throw .unavailable("the answer was lost (test)") }
         if case .shuffle = fault {
             state.withLock { state in
                 let repeats = batch.changes.filter { _ in state.generator.next() % 3 == 0 }
@@ -188,19 +191,14 @@ public final class FaultyRemote: Remote {
         return batch
     }
 
-    public func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
-        try await faulty("wait") { try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout) }
+    public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
+                               timeout: Duration) async throws(CloudError) -> Bool {
+        try await faulty("wait") { () async throws(CloudError) in
+            try await base.waitForChanges(in: store, after: cursor, mark: mark, timeout: timeout)
+        }
     }
 
-    public func readOnlyReason() async throws -> String? {
-        try await base.readOnlyReason()
-    }
-
-    public func discardPrefetched() {
-        base.discardPrefetched()
-    }
-
-    public func renewIdentity(replacing seen: String) async throws {
-        try await faulty("renew") { try await base.renewIdentity(replacing: seen) }
+    public func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
+        try await faulty("renew") { () async throws(CloudError) in try await base.renewIdentity(replacing: seen) }
     }
 }

@@ -5,9 +5,9 @@ import KVSync
 import Synchronization
 
 /// A remote that can be taken offline, or made to answer "retry later", on demand: the
-/// outages sync must live through, around a real remote.
-public final class InterruptibleRemote: Remote {
-    private let base: any Remote
+/// outages sync must live through, around a real change log.
+public final class InterruptibleRemote: ChangeLogWrapper {
+    public let base: any ChangeLog
     private struct State {
         var online = true
         var busyAnswers: [Duration] = []
@@ -15,11 +15,9 @@ public final class InterruptibleRemote: Remote {
     }
     private let state = Mutex(State())
 
-    public init(_ base: any Remote) {
+    public init(_ base: any ChangeLog) {
         self.base = base
     }
-
-    public var description: String { base.description }
 
     public func setOnline(_ online: Bool) {
         state.withLock { $0.online = online }
@@ -35,49 +33,46 @@ public final class InterruptibleRemote: Remote {
         state.withLock { $0.calls.filter { $0.0 == "push" }.map(\.1) }
     }
 
-    private func check(_ call: String) throws {
-        let busy: Duration? = try state.withLock { state in
+    private func check(_ call: String) throws(CloudError) {
+        let busy: Duration? = try state.withLock { (state: inout State) throws(CloudError) -> Duration? in
             state.calls.append((call, .now))
-            guard state.online else { throw CloudError.unavailable("offline (test)") }
+            guard state.online else { throw .unavailable("offline (test)") }
             if call == "push", !state.busyAnswers.isEmpty { return state.busyAnswers.removeFirst() }
             return nil
         }
-        if let busy { throw CloudError.busy(retryAfter: busy, "busy (test)") }
+        if let busy { throw .busy(retryAfter: busy, "busy (test)") }
     }
 
-    public func identity() async throws -> String {
+    public func identity() async throws(CloudError) -> String {
         try check("identity")
         return try await base.identity()
     }
 
-    public func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+    public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         try check("push")
-        return try await base.push(changes, mark: mark)
+        return try await base.push(changes, to: store, mark: mark)
     }
 
-    public func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+    public func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         try check("fetch")
-        return try await base.fetch(after: cursor, mark: mark)
+        return try await base.changes(in: store, after: cursor, mark: mark, limit: limit)
     }
 
-    public func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
+    public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
+                               timeout: Duration) async throws(CloudError) -> Bool {
         try check("wait")
-        return try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+        return try await base.waitForChanges(in: store, after: cursor, mark: mark, timeout: timeout)
     }
 
-    public func discardPrefetched() {
-        base.discardPrefetched()
-    }
-
-    public func renewIdentity(replacing seen: String) async throws {
+    public func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
         try check("renew")
-        try await base.renewIdentity(replacing: seen)
+        return try await base.renewIdentity(replacing: seen)
     }
 }
 
 /// A remote over in-memory cloud storage.
-public func memoryRemote(_ storage: MemoryCloudStorage, store: String = "default") -> ChangeLogRemote {
-    ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: store)
+public func memoryRemote(_ storage: MemoryCloudStorage) -> EmbeddedChangeLog<ContinuousClock> {
+    EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }
 }
 
 /// Collects sync events.

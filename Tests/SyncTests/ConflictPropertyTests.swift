@@ -45,8 +45,8 @@ struct ConflictPropertyTests {
         let keys = ["a", "b", "c"]
         let replicas = try (0..<3).map { index in
             let store = try KeyValueStore(path: dir.subdirectory("r\(index)") + "/store.sqlite")
-            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default")
-            return (store: store, engine: SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)))
+            let remote = EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }
+            return (store: store, engine: SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)))
         }
         // Per replica and key, every stamp its store has held; per write, what its writer held.
         var knows = Array(repeating: [String: Set<ChangeStamp>](), count: 3)

@@ -38,9 +38,9 @@ struct FaultScheduleTests {
             let store = try KeyValueStore(path: dir.subdirectory("r\(index)") + "/store.sqlite") {
                 Date().addingTimeInterval(skews[index])
             }
-            let link = FaultyRemote(ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default"),
+            let link = FaultyRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage },
                                     seed: seed &+ UInt64(index))
-            let engine = SyncEngine(store: store, remote: link, applier: StoreApplier(store: store))
+            let engine = SyncEngine(store: store, remote: link, remoteStore: "default", applier: StoreApplier(store: store))
             return (store: store, link: link, engine: engine)
         }
         for replica in replicas { replica.engine.start() }

@@ -81,8 +81,8 @@ struct FileRemoteConflictTests {
 
             let store = try makeStore(in: dir)
             let events = EventRecorder()
-            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }, store: "default")
-            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            let remote = EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }
+            let engine = SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)) { events.record($0) }
             try await engine.synchronize()
             #expect(store.entry(forKey: "k") != nil, "the winner arrived")
             #expect(store.conflicts().isEmpty)
@@ -138,11 +138,10 @@ struct FileRemoteConflictTests {
             _ = try storage.push([theirs], to: "default")
             try store.applyExternal([theirs])  // fetched before the push: mine is an unsent loss
             let events = EventRecorder()
-            let remote = WriteDuringPush(ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage },
-                                                         store: "default")) {
+            let remote = WriteDuringPush(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }) {
                 try store.put(.string("later"), forKey: "k")  // while the loss is being pushed
             }
-            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            let engine = SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)) { events.record($0) }
             try await engine.synchronize()
             try await engine.synchronize()
             let later = Array(try PropertyListCodec.encodeXML(.string("later")))
@@ -156,53 +155,48 @@ struct FileRemoteConflictTests {
 
 /// A remote that runs `write` once, after the first push reached the remote and before it
 /// answers: a local write racing a push.
-final class WriteDuringPush: Remote, @unchecked Sendable {
-    private let remote: any Remote
+final class WriteDuringPush: ChangeLogWrapper, @unchecked Sendable {
+    let base: any ChangeLog
     private var write: (() throws -> Void)?
 
-    init(_ remote: any Remote, write: @escaping () throws -> Void) {
-        self.remote = remote
+    init(_ base: any ChangeLog, write: @escaping () throws -> Void) {
+        self.base = base
         self.write = write
     }
 
-    var description: String { remote.description }
-
-    func identity() async throws -> String { try await remote.identity() }
-
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
-        let outcome = try await remote.push(changes, mark: mark)
-        if let write { self.write = nil; try write() }
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+        let outcome = try await base.push(changes, to: store, mark: mark)
+        if let write {
+            self.write = nil
+            do { try write() } catch { Issue.record("the racing write failed: \(error)") }
+        }
         return outcome
-    }
-
-    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch { try await remote.fetch(after: cursor, mark: mark) }
-
-    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
-        try await remote.waitForChanges(after: cursor, mark: mark, timeout: timeout)
     }
 }
 
 /// A remote that gives one change a page, and before the second page lets another device's
 /// change lose to the first: the first page's key is then given again, later, with the conflict.
-private final class LosingBetweenPages: Remote {
+private final class LosingBetweenPages: ChangeLogWrapper {
     let storage: MemoryCloudStorage
+    let base: any ChangeLog
     let loser: StampedChange
     let pages = Atomic(0)
 
     init(storage: MemoryCloudStorage, loser: StampedChange) {
         self.storage = storage
+        base = memoryRemote(storage)
         self.loser = loser
     }
 
     var description: String { "paged memory" }
-    func identity() async throws -> String { try await memoryRemote(storage).identity() }
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome { try await memoryRemote(storage).push(changes, mark: mark) }
-    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
-        let batch = try storage.changes(in: "default", after: cursor, mark: mark, limit: 1)
-        if pages.add(1, ordering: .relaxed).newValue == 1 { _ = try storage.push([loser], to: "default") }
+    func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
+        let batch = try storage.changes(in: store, after: cursor, mark: mark, limit: 1)
+        if pages.add(1, ordering: .relaxed).newValue == 1 { _ = try storage.push([loser], to: store) }
         return batch
     }
-    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool { false }
+    func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws(CloudError) -> Bool {
+        false
+    }
 }
 
 @Suite("Conflicts taken in with a whole history", .hangGuard)
@@ -219,7 +213,7 @@ struct WholeHistoryConflictTests {
             _ = try storage.push([change("a", "winner", time: now, device: "phone"), change("b", "other", time: now, device: "phone")], to: "default")
             let loser = change("a", "loser", time: now - 100, device: "laptop")
             let store = try makeStore(in: dir)
-            let engine = SyncEngine(store: store, remote: LosingBetweenPages(storage: storage, loser: loser), applier: StoreApplier(store: store)) { _ in }
+            let engine = SyncEngine(store: store, remote: LosingBetweenPages(storage: storage, loser: loser), remoteStore: "default", applier: StoreApplier(store: store)) { _ in }
             try await engine.replaceWithRemote()
             #expect(store.conflict(forKey: "a")?.lost == [loser.kept], "the row as the remote holds it now")
         }

@@ -146,7 +146,7 @@ struct HostileChangeTests {
                 change("good", "kept", time: 1000),
             ]
             let remote = ScriptedRemote(batch: ChangeBatch(changes: hostile, cursor: 4, complete: true))
-            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            let engine = SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)) { events.record($0) }
             try await engine.synchronize()
             #expect(try value(store, "good") == "kept")
             #expect(store.entry(forKey: "pinned") == nil && store.entry(forKey: "min") == nil && store.entry(forKey: "bad") == nil)
@@ -167,14 +167,14 @@ struct HostileChangeTests {
             let good = change("good", "kept", time: Self.now)
             let oversized = HistoryMark(key: String(repeating: "k", count: HistoryMark.maximumKeyBytes + 1), cursor: 1, stamp: good.stamp)
             let remote = ScriptedRemote(batch: ChangeBatch(changes: [good], cursor: 1, complete: true, mark: oversized))
-            try await SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)).synchronize()
+            try await SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)).synchronize()
             #expect(try value(store, "good") == "kept")
             #expect(try store.setting(.syncPosition) == "1", "the cursor, without the mark")
             let fitting = HistoryMark(key: "good", cursor: 1, stamp: good.stamp)
             let honest = ScriptedRemote(batch: ChangeBatch(changes: [good], cursor: 1, complete: true, mark: fitting))
             try await withTemporaryDirectory { otherDir in
                 let other = try makeStore(in: otherDir)
-                try await SyncEngine(store: other, remote: honest, applier: StoreApplier(store: other)).synchronize()
+                try await SyncEngine(store: other, remote: honest, remoteStore: "default", applier: StoreApplier(store: other)).synchronize()
                 #expect(try other.setting(.syncPosition)?.contains(#""key":"good""#) == true)
             }
         }
@@ -182,18 +182,21 @@ struct HostileChangeTests {
 }
 
 /// A remote that serves one fixed batch and accepts every push: what a remote written by
-/// anything at all could hand a mount.
-final class ScriptedRemote: Remote {
+/// anything at all could hand a mount. Its other calls reach an empty log.
+final class ScriptedRemote: ChangeLogWrapper {
+    let base: any ChangeLog = memoryRemote(MemoryCloudStorage())
     private let batch: ChangeBatch
     init(batch: ChangeBatch) { self.batch = batch }
     var description: String { "scripted" }
-    func identity() async throws -> String { "scripted" }
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome { PushOutcome(accepted: changes) }
-    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+    func identity() async throws(CloudError) -> String { "scripted" }
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+        PushOutcome(accepted: changes)
+    }
+    func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         cursor < batch.cursor ? batch : ChangeBatch(changes: [], cursor: cursor, complete: true)
     }
-    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
-        try await Task.sleep(for: timeout)
+    func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws(CloudError) -> Bool {
+        do { try await Task.sleep(for: timeout) } catch {}
         return false
     }
 }
@@ -225,7 +228,7 @@ struct ApplyFailureTests {
             _ = try cloud.push([change("k", "from elsewhere", time: 1000, device: "other")], to: "default")
             let store = try makeStore(in: dir)
             let events = EventRecorder()
-            let engine = SyncEngine(store: store, remote: memoryRemote(cloud), applier: FailingApplier(store: store, failures: 1)) {
+            let engine = SyncEngine(store: store, remote: memoryRemote(cloud), remoteStore: "default", applier: FailingApplier(store: store, failures: 1)) {
                 events.record($0)
             }
             await #expect(throws: StoreError.self) { try await engine.synchronize() }
@@ -259,8 +262,8 @@ struct UnreadableRowTests {
     private func mount(in dir: TemporaryDirectory, on cloud: SQLiteCloudStorage) throws -> (KeyValueStore, SyncEngine, EventRecorder) {
         let store = try makeStore(in: dir)
         let events = EventRecorder()
-        let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }, store: "default")
-        return (store, SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }, events)
+        let remote = EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { cloud }
+        return (store, SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)) { events.record($0) }, events)
     }
 
     /// A file remote in `dir` whose row of `k` ("theirs", from another device) another program
@@ -313,7 +316,7 @@ struct UnreadableRowTests {
             let store = try makeStore(in: dir)
             let events = EventRecorder()
             let remote = DeferringRemote(memoryRemote(MemoryCloudStorage()), deferring: "k")
-            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            let engine = SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)) { events.record($0) }
             try store.put(.string("mine"), forKey: "k")
             try await engine.synchronize()
             let deferred = try #require(events.events.first { $0.reason == .pushDeferred })
@@ -336,7 +339,7 @@ struct UnreadableRowTests {
             let store = try makeStore(in: dir)
             let cloud = MemoryCloudStorage()
             try store.put(.string("synced"), forKey: "kept")
-            try await SyncEngine(store: store, remote: memoryRemote(cloud), applier: StoreApplier(store: store)) { _ in }.synchronize()
+            try await SyncEngine(store: store, remote: memoryRemote(cloud), remoteStore: "default", applier: StoreApplier(store: store)) { _ in }.synchronize()
             let kept = try #require(store.allChanges(forKey: "kept"))
 
             let now = AdmissionPolicy.systemTime()
@@ -347,7 +350,7 @@ struct UnreadableRowTests {
             }
             let events = EventRecorder()
             let remote = LyingRemote(memoryRemote(cloud), victim: kept, refusing: "k", saying: said)
-            let engine = SyncEngine(store: store, remote: remote, applier: StoreApplier(store: store)) { events.record($0) }
+            let engine = SyncEngine(store: store, remote: remote, remoteStore: "default", applier: StoreApplier(store: store)) { events.record($0) }
             try store.put(.string("mine"), forKey: "k")
             try await engine.synchronize()
 
@@ -461,38 +464,24 @@ struct PushCostTests {
     }
 }
 
-/// A remote that passes every call but its pushes to `base`, and rewrites their answers.
-private protocol AnswerRewritingRemote: Remote {
-    var base: any Remote { get }
-}
-
-extension AnswerRewritingRemote {
-    var description: String { base.description }
-    func identity() async throws -> String { try await base.identity() }
-    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch { try await base.fetch(after: cursor, mark: mark) }
-    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
-        try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
-    }
-}
-
 /// A remote that makes up its answers to pushes: each push of `key` (which it does not store)
 /// is refused with `current` as what it holds, and every answer also refuses `victim`, a
 /// change it was not pushed (a remote the mount synced with knows its key and stamp).
-private struct LyingRemote: AnswerRewritingRemote {
-    let base: any Remote
+private struct LyingRemote: ChangeLogWrapper {
+    let base: any ChangeLog
     let victim: StampedChange
     let key: String
     let current: StampedChange
 
-    init(_ base: any Remote, victim: StampedChange, refusing key: String, saying current: StampedChange) {
+    init(_ base: any ChangeLog, victim: StampedChange, refusing key: String, saying current: StampedChange) {
         self.base = base
         self.victim = victim
         self.key = key
         self.current = current
     }
 
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
-        var outcome = try await base.push(changes.filter { $0.key != key }, mark: mark)
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+        var outcome = try await base.push(changes.filter { $0.key != key }, to: store, mark: mark)
         outcome.refused += changes.filter { $0.key == key }.map { Refusal(change: $0, current: current, reason: "made up") }
         outcome.refused.append(Refusal(change: victim, current: nil, reason: "made up"))
         return outcome
@@ -501,16 +490,16 @@ private struct LyingRemote: AnswerRewritingRemote {
 
 /// A remote that answers every push of `key` as not judged (its row unreadable), with a reason
 /// of 100,000 characters, and adds to each answer such a refusal of a change never pushed.
-private struct DeferringRemote: AnswerRewritingRemote {
-    let base: any Remote
+private struct DeferringRemote: ChangeLogWrapper {
+    let base: any ChangeLog
     let key: String
-    init(_ base: any Remote, deferring key: String) {
+    init(_ base: any ChangeLog, deferring key: String) {
         self.base = base
         self.key = key
     }
 
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
-        var outcome = try await base.push(changes.filter { $0.key != key }, mark: mark)
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
+        var outcome = try await base.push(changes.filter { $0.key != key }, to: store, mark: mark)
         let reason = String(repeating: "x", count: 100_000)
         let ghost = change("ghost", "never pushed", time: 1000)
         outcome.refused += (changes.filter { $0.key == key } + [ghost]).map {

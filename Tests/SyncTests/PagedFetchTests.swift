@@ -6,25 +6,18 @@ import KVTestSupport
 import Testing
 
 /// A remote that gives its changes a few at a time, as a server gives a large push in pages.
-private struct PagedRemote: Remote {
-    let log: any ChangeLog
-    let inner: ChangeLogRemote
+private struct PagedRemote: ChangeLogWrapper {
+    let base: any ChangeLog
     let pageSize: Int
 
     init(_ storage: MemoryCloudStorage, pageSize: Int) {
-        log = EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }
-        inner = ChangeLogRemote(log, store: "default")
+        base = memoryRemote(storage)
         self.pageSize = pageSize
     }
 
     var description: String { "paged memory" }
-    func identity() async throws -> String { try await inner.identity() }
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome { try await inner.push(changes, mark: mark) }
-    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
-        try await log.changes(in: "default", after: cursor, mark: mark, limit: pageSize)
-    }
-    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
-        try await inner.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+    func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
+        try await base.changes(in: store, after: cursor, mark: mark, limit: min(limit, pageSize))
     }
 }
 
@@ -36,9 +29,9 @@ struct PagedFetchTests {
             let cloud = MemoryCloudStorage()
             let writer = try KeyValueStore(path: dir.subdirectory("writer") + "/store.sqlite")
             let reader = try KeyValueStore(path: dir.subdirectory("reader") + "/store.sqlite")
-            let writing = SyncEngine(store: writer, remote: memoryRemote(cloud), applier: StoreApplier(store: writer)) { _ in }
+            let writing = SyncEngine(store: writer, remote: memoryRemote(cloud), remoteStore: "default", applier: StoreApplier(store: writer)) { _ in }
             let events = EventRecorder()
-            let reading = SyncEngine(store: reader, remote: PagedRemote(cloud, pageSize: 7), applier: StoreApplier(store: reader)) { events.record($0) }
+            let reading = SyncEngine(store: reader, remote: PagedRemote(cloud, pageSize: 7), remoteStore: "default", applier: StoreApplier(store: reader)) { events.record($0) }
             try await reading.synchronize()
 
             let keys = (0..<50).map { String(format: "k%02d", $0) }

@@ -19,10 +19,10 @@ struct PushRecordTests {
         try await withTemporaryDirectory { dir in
             let path = dir.path + "/store.sqlite"
             let remotePath = dir.path + "/remote.sqlite"
-            let link = InterruptibleRemote(ChangeLogRemote(EmbeddedChangeLog.file(path: remotePath, store: "default"), store: "default"))
+            let link = InterruptibleRemote(EmbeddedChangeLog.file(path: remotePath, store: "default"))
             do {
                 let store = try KeyValueStore(path: path)
-                let engine = SyncEngine(store: store, remote: link, applier: StoreApplier(store: store))
+                let engine = SyncEngine(store: store, remote: link, remoteStore: "default", applier: StoreApplier(store: store))
                 try store.put(.string("first"), forKey: "first")
                 try await engine.synchronize()
                 let position = try store.setting(.syncPosition)
@@ -55,13 +55,13 @@ struct PushRecordTests {
         try await withTemporaryDirectory { dir in
             let store = try KeyValueStore(path: dir.path + "/store.sqlite")
             let cloud = MemoryCloudStorage()
-            let engine = SyncEngine(store: store, remote: memoryRemote(cloud), applier: StoreApplier(store: store))
+            let engine = SyncEngine(store: store, remote: memoryRemote(cloud), remoteStore: "default", applier: StoreApplier(store: store))
             try await engine.synchronize()
             try store.put(.string("sent"), forKey: "k")
             try store.put(.string("sent"), forKey: "other")
             let sent = store.pendingChanges()
             try store.put(.string("changed since"), forKey: "k")
-            let outcome = try await memoryRemote(cloud).push(sent)
+            let outcome = try await memoryRemote(cloud).push(sent, to: "default")
             try store.recordPush(accepted: outcome.accepted)
             #expect(store.pendingChanges().map(\.key) == ["k"])
             #expect(try storedPending(store) == ["k"])

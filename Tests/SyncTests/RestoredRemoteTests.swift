@@ -14,14 +14,14 @@ struct RestoredRemoteTests {
     /// A storage that can be put back to a backup, a remote on it for each device, device `a`,
     /// and the backup taken once `a` has pushed `early`.
     private func backedUp(in dir: TemporaryDirectory) async throws
-        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote) {
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: any ChangeLog) {
         let (storage, backup, a, remote, _) = try await backedUpBehindLine(in: dir)
         return (storage, backup, a, remote)
     }
 
     /// The same, `a` reaching the remote through `line`, which can cut it off.
     private func backedUpBehindLine(in dir: TemporaryDirectory) async throws
-        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote, line: InterruptibleRemote) {
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: any ChangeLog, line: InterruptibleRemote) {
         let (storage, remote) = restorable()
         let line = InterruptibleRemote(remote)
         let a = try Device("a", in: dir, remote: line)
@@ -31,9 +31,9 @@ struct RestoredRemoteTests {
     }
 
     /// A storage that can be put back to a backup, and a remote on it.
-    private func restorable() -> (storage: RestorableStorage, remote: ChangeLogRemote) {
+    private func restorable() -> (storage: RestorableStorage, remote: any ChangeLog) {
         let storage = RestorableStorage(MemoryCloudStorage(identity: "same"))
-        return (storage, ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage }, store: "default"))
+        return (storage, EmbeddedChangeLog(description: "memory", clock: ContinuousClock()) { storage })
     }
 
     /// Cuts `device` off (its round fails: a gap), restores `backup`, and has a new device b
@@ -41,7 +41,7 @@ struct RestoredRemoteTests {
     /// any before; then puts `device` back online.
     private func restore(_ backup: MemoryCloudStorage, to storage: RestorableStorage, cutting device: Device,
                          off line: InterruptibleRemote, whileB keys: [String], in dir: TemporaryDirectory,
-                         remote: ChangeLogRemote) async throws {
+                         remote: any ChangeLog) async throws {
         line.setOnline(false)
         await #expect(throws: (any Error).self) { try await device.engine.synchronize() }
         storage.restore(backup.snapshot())
@@ -58,7 +58,7 @@ struct RestoredRemoteTests {
 
     /// The same, then `a` pushes five more keys.
     private func restoredAfterLatePushes(in dir: TemporaryDirectory) async throws
-        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: ChangeLogRemote) {
+        -> (storage: RestorableStorage, backup: MemoryCloudStorage, a: Device, remote: any ChangeLog) {
         let (storage, backup, a, remote) = try await backedUp(in: dir)
         for index in 0..<5 { try a.store.put(.integer(index), forKey: "late\(index)") }
         try await a.engine.synchronize()
@@ -469,8 +469,8 @@ struct RestoredRemoteTests {
             let outcome = try await storage.push([change], to: "default")
             let mark = try #require(outcome.mark)
             #expect(try storage.mark(in: "default", key: "a\u{0}b") == mark)
-            let remote = ChangeLogRemote(EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { storage }, store: "default")
-            _ = try await remote.fetch(after: 1, mark: mark)
+            let remote = EmbeddedChangeLog(description: "file", clock: ContinuousClock()) { storage }
+            _ = try await remote.changes(in: "default", after: 1, mark: mark, limit: 100)
         }
     }
 }

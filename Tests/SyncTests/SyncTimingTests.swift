@@ -148,7 +148,7 @@ struct SyncTimingTests {
             try await rig.engine.synchronize()
             #expect(try await fetchesFromStart { try await rig.engine.synchronize() } == 0)
             // The daemon's start is a gap: an engine started again on the store audits.
-            let restarted = SyncEngine(store: rig.store, remote: rig.log, applier: StoreApplier(store: rig.store), clock: rig.clock)
+            let restarted = SyncEngine(store: rig.store, remote: rig.log, remoteStore: "default", applier: StoreApplier(store: rig.store), clock: rig.clock)
             #expect(try await fetchesFromStart { try await restarted.synchronize() } == 1)
             #expect(try await fetchesFromStart { try await restarted.synchronize() } == 0)
             rig.link.setOnline(false)
@@ -195,11 +195,11 @@ private final class Rig {
 
     init(in dir: TemporaryDirectory, debounce: Duration = .milliseconds(2), seed: UInt64 = 1) throws {
         let cloud = MemoryCloudStorage()
-        link = InterruptibleRemote(ChangeLogRemote(EmbeddedChangeLog(description: "memory", clock: ManualClock()) { cloud }, store: "default"))
+        link = InterruptibleRemote(EmbeddedChangeLog(description: "memory", clock: ManualClock()) { cloud })
         log = CallLog(link, clock: clock)
         arrivals = log.arrivals.makeAsyncIterator()
         store = try makeStore(in: dir)
-        engine = SyncEngine(store: store, remote: log, applier: StoreApplier(store: store), debounce: debounce,
+        engine = SyncEngine(store: store, remote: log, remoteStore: "default", applier: StoreApplier(store: store), debounce: debounce,
                             clock: clock, jitter: SeededGenerator(seed: seed))
     }
 
@@ -238,7 +238,7 @@ private final class Rig {
 
 /// A remote that notes every call reaching it (when, on the test's clock, and how many changes
 /// a push carried) around a real one, and hands each to a test waiting for it.
-final class CallLog: Remote {
+final class CallLog: ChangeLogWrapper {
     struct Call: Sendable {
         let name: String
         let time: ManualClock.Instant
@@ -247,20 +247,18 @@ final class CallLog: Remote {
         var after: Int64?
     }
 
-    private let base: any Remote
+    let base: any ChangeLog
     private let clock: ManualClock
     private let recorded = Mutex<[Call]>([])
     /// Every call as it reaches the remote.
     let arrivals: AsyncStream<Call>
     private let arrival: AsyncStream<Call>.Continuation
 
-    init(_ base: any Remote, clock: ManualClock) {
+    init(_ base: any ChangeLog, clock: ManualClock) {
         self.base = base
         self.clock = clock
         (arrivals, arrival) = AsyncStream.makeStream(of: Call.self)
     }
-
-    var description: String { base.description }
 
     func calls(_ name: String) -> [Call] {
         recorded.withLock { $0.filter { $0.name == name } }
@@ -272,31 +270,28 @@ final class CallLog: Remote {
         arrival.yield(call)
     }
 
-    func identity() async throws -> String {
+    func identity() async throws(CloudError) -> String {
         note("identity")
         return try await base.identity()
     }
 
-    func push(_ changes: [StampedChange], mark: HistoryMark?) async throws -> PushOutcome {
+    func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) async throws(CloudError) -> PushOutcome {
         note("push", changes: changes.count)
-        return try await base.push(changes, mark: mark)
+        return try await base.push(changes, to: store, mark: mark)
     }
 
-    func fetch(after cursor: Int64, mark: HistoryMark?) async throws -> ChangeBatch {
+    func changes(in store: String, after cursor: Int64, mark: HistoryMark?, limit: Int) async throws(CloudError) -> ChangeBatch {
         note("fetch", after: cursor)
-        return try await base.fetch(after: cursor, mark: mark)
+        return try await base.changes(in: store, after: cursor, mark: mark, limit: limit)
     }
 
-    func waitForChanges(after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws -> Bool {
+    func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws(CloudError) -> Bool {
         note("wait")
-        return try await base.waitForChanges(after: cursor, mark: mark, timeout: timeout)
+        return try await base.waitForChanges(in: store, after: cursor, mark: mark, timeout: timeout)
     }
 
-    func readOnlyReason() async throws -> String? { try await base.readOnlyReason() }
-    func discardPrefetched() { base.discardPrefetched() }
-
-    func renewIdentity(replacing seen: String) async throws {
+    func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
         note("renew")
-        try await base.renewIdentity(replacing: seen)
+        return try await base.renewIdentity(replacing: seen)
     }
 }

@@ -64,18 +64,3 @@ extension AccountStorage {
         try await activeToken(id: id)
     }
 }
-
-/// A token's row: its scope and the hash of its secret.
-public struct TokenRecord: Sendable, Equatable {
-    public var id: String
-    public var secretHash: String
-    public var scope: TokenScope
-    public var createdAt: Date
-
-    public init(id: String, secretHash: String, scope: TokenScope, createdAt: Date) {
-        self.id = id
-        self.secretHash = secretHash
-        self.scope = scope
-        self.createdAt = createdAt
-    }
-}
