@@ -2,8 +2,9 @@
 /// request. Methods run on libfuse's worker threads, several at once.
 ///
 /// A method returns its answer or throws; the thrown error becomes the reply's errno through
-/// `errno(for:)`. Names are already copied into Swift strings; a name that is not valid UTF-8
-/// never reaches a method (EINVAL).
+/// `errno(for:)`. One that may wait long answers later instead (`Answer`, `Reply`), so that
+/// it holds none of libfuse's request threads while it waits. Names are already copied into
+/// Swift strings; a name that is not valid UTF-8 never reaches a method (EINVAL).
 public protocol FuseFileSystem: AnyObject, Sendable {
     func lookup(parent: InodeNumber, name: String, context: RequestContext) throws -> LookupResult
     func forget(inode: InodeNumber, lookups: UInt64)
@@ -29,7 +30,8 @@ public protocol FuseFileSystem: AnyObject, Sendable {
     func opendir(inode: InodeNumber) throws -> FileHandle
     func readdir(inode: InodeNumber, handle: FileHandle, offset: Int) throws -> [DirectoryEntry]
     func releasedir(inode: InodeNumber, handle: FileHandle)
-    func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws
+    /// May answer later (`Answer.later`): fsync of a directory may wait long.
+    func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws -> Answer
 
     func statfs(inode: InodeNumber) throws -> FileSystemStatistics
     func getxattr(inode: InodeNumber, name: String) throws -> [UInt8]
@@ -76,7 +78,7 @@ extension FuseFileSystem {
     public func opendir(inode: InodeNumber) throws -> FileHandle { throw Errno.notImplemented }
     public func readdir(inode: InodeNumber, handle: FileHandle, offset: Int) throws -> [DirectoryEntry] { throw Errno.notImplemented }
     public func releasedir(inode: InodeNumber, handle: FileHandle) {}
-    public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws { throw Errno.notImplemented }
+    public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws -> Answer { throw Errno.notImplemented }
 
     /// A file system with nothing to count: no blocks, no files, names up to 255 bytes.
     public func statfs(inode: InodeNumber) throws -> FileSystemStatistics {

@@ -40,6 +40,7 @@ public final class FuseMount: @unchecked Sendable {
     }
 
     deinit {
+        box.takeUnretainedValue().outstanding.endAll(with: ENOTCONN)
         fuse_session_destroy(session)
         box.release()
     }
@@ -61,6 +62,9 @@ public final class FuseMount: @unchecked Sendable {
     @discardableResult
     public func run() -> Int32 {
         var status = cfuse_session_loop_mt(session)
+        // No request is served any more; one still owed a reply (a fsync waiting on the network,
+        // say) is told the file system is going away, while the session can still send it.
+        box.takeUnretainedValue().outstanding.endAll(with: ENOTCONN)
         if [SIGINT, SIGTERM, SIGHUP].contains(status) { status = 0 }
         if handlesSignals.withLock({ $0 }) { fuse_remove_signal_handlers(session) }
         if !unmountedHere.withLock({ $0 }) { fuse_session_unmount(session) }

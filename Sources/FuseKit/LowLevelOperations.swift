@@ -2,8 +2,8 @@ import CFuse
 import Glibc
 
 /// The C callbacks handed to libfuse. Each copies its C arguments, calls the Swift file
-/// system, and replies exactly once. They are non-isolated free functions: libfuse calls them
-/// from its own worker threads.
+/// system, and replies exactly once: before it returns, or later through a `Reply`. They are
+/// non-isolated free functions: libfuse calls them from its own worker threads.
 func makeLowLevelOperations() -> fuse_lowlevel_ops {
     var ops = fuse_lowlevel_ops()
     ops.lookup = { req, parent, name in
@@ -148,8 +148,12 @@ func makeLowLevelOperations() -> fuse_lowlevel_ops {
     }
     ops.fsyncdir = { req, ino, dataOnly, fi in
         serve(req) { fs, _ in
-            try fs.fsyncdir(inode: InodeNumber(ino), handle: FileHandle(fi!.pointee.fh), dataOnly: dataOnly != 0)
-            fuse_reply_err(req, 0)
+            switch try fs.fsyncdir(inode: InodeNumber(ino), handle: FileHandle(fi!.pointee.fh), dataOnly: dataOnly != 0) {
+            case .now:
+                fuse_reply_err(req, 0)
+            case .later(let start):
+                start(box(req).outstanding.reply(to: req!, errnoFrom: fs))
+            }
         }
     }
     ops.statfs = { req, ino in
@@ -209,7 +213,11 @@ private func serve(_ req: fuse_req_t!, _ body: (any FuseFileSystem, RequestConte
 }
 
 private func fileSystem(_ req: fuse_req_t!) -> any FuseFileSystem {
-    Unmanaged<FileSystemBox>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue().fileSystem
+    box(req).fileSystem
+}
+
+private func box(_ req: fuse_req_t!) -> FileSystemBox {
+    Unmanaged<FileSystemBox>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
 }
 
 /// A name from the kernel as a Swift string. Names are bytes to the kernel; one that is not
@@ -299,8 +307,9 @@ private func attributeChanges(_ attr: stat, _ toSet: Int32) -> AttributeChanges 
     return changes
 }
 
-/// Holds the file system for libfuse's userdata pointer.
+/// Holds the file system for libfuse's userdata pointer, and the replies its session owes.
 final class FileSystemBox {
     let fileSystem: any FuseFileSystem
+    let outstanding = OutstandingReplies()
     init(_ fileSystem: any FuseFileSystem) { self.fileSystem = fileSystem }
 }

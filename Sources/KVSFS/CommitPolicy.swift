@@ -11,21 +11,20 @@ import Synchronization
 extension KeyValueFileSystem {
     /// Commits what a handle wrote. Idempotent: a second flush of the same data does nothing.
     func commit(_ file: OpenFile, decoded: DecodedContent? = nil, in ns: inout Namespace) throws {
-        if let refusal = file.writeRefusal ?? file.commitRefusal { throw refusal }
-        guard file.dirty else { return }
+        guard let bytes = try file.state.bytesToCommit() else { return }
         do {
             if let shown = file.shown, shown.change.key == file.node.key {
                 commitShown(to: file.node, in: &ns)
             } else {
-                try commit(file.buffer ?? [], to: file.node, decoded: decoded, in: &ns)
+                try commit(bytes, to: file.node, decoded: decoded, in: &ns)
             }
-            file.dirty = false
+            file.state.committed()
             committedSetTime(of: file.node)
         } catch {
             droppedSetTime(of: file.node)
             // Told at release, if the handle ends refused: a shell's redirection flushes an empty
             // duplicate before it writes, and that refusal is cleared by the write.
-            file.commitRefusal = error
+            file.state.refusedCommit(error)
             throw error
         }
     }
@@ -85,9 +84,8 @@ extension KeyValueFileSystem {
     /// it only if the handle still holds the same bytes.
     func decodeUnlocked(_ handle: FileHandle) -> DecodedContent? {
         decodeUnlocked { ns in
-            guard let file = ns.handles[handle], file.dirty, file.shown == nil, file.writeRefusal == nil, file.commitRefusal == nil,
-                  file.node.key != nil else { return nil }
-            return file.buffer
+            guard let file = ns.handles[handle], file.shown == nil, file.node.key != nil else { return nil }
+            return file.state.dueBytes
         }
     }
 

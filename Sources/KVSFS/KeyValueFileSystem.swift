@@ -127,9 +127,11 @@ public final class KeyValueFileSystem: FuseFileSystem {
     /// pending (failing like `kvsfs sync` when the remote cannot be reached) and starts a round
     /// that fetches and applies remote changes. It does not wait for those applies: the kernel
     /// holds the directory's lock until fsync returns, and they go through that directory.
-    public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws {
+    /// The push is answered later, when it ends: no request thread waits on the remote.
+    public func fsyncdir(inode: InodeNumber, handle: FileHandle, dataOnly: Bool) throws -> Answer {
         try store.makeDurable()
-        try sync?.pushNow()
+        guard let sync else { return .now }
+        return .later { reply in sync.pushNow { reply.answer($0) } }
     }
 
     // MARK: - What a flat directory of keys does not have

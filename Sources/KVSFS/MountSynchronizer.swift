@@ -12,9 +12,12 @@ public protocol MountSynchronizer: Sendable {
     /// root directory's lock: remote changes are applied through that directory.
     func synchronize() throws
 
-    /// Pushes what is pending, blocking until the remote has it (or throwing like
-    /// `synchronize`), and starts a round that fetches and applies, not waited for.
-    func pushNow() throws
+    /// Pushes what is pending and starts a round that fetches and applies, not waited for.
+    /// Returns at once; `answer` is called once, when the remote has what was pending or with
+    /// the `SyncFailure` `synchronize` would throw, from whatever thread ends the wait (the
+    /// caller's own when it is refused at once). It answers a request (fsync of the root):
+    /// whatever waits on the remote, no FUSE request thread does.
+    func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void)
 
     /// Replaces the store's values by the remote's, blocking and throwing like `synchronize`.
     func replaceWithRemote() throws

@@ -79,22 +79,11 @@ struct EditorFile {
 final class OpenFile {
     let node: Node
     let writable: Bool
-    /// What this handle has written: nil until the first write or truncation.
-    var buffer: [UInt8]?
-    /// Whether `buffer` holds something not yet committed.
-    var dirty = false
-    /// A refusal given at write(): bytes are missing, so nothing this handle wrote will
-    /// ever be committed.
-    var writeRefusal: (any Error)?
-    /// A refusal given at commit to the content as it stands; writing more clears it, so
-    /// that a flush of a descriptor closed early (bash's redirections) does not doom the rest.
-    var commitRefusal: (any Error)?
+    /// What the handle holds and whether it is due for commit (`HandleState`).
+    var state: HandleState
     /// The change this handle shows, when the applier opened it (`MountApplier`): the store
     /// holds it already, so nothing the handle writes is committed, and no local quota applies.
     let shown: ShownChange?
-    /// For a reader: the committed value as it was at its open, or at its last read from
-    /// offset 0, which every read of this handle serves whole (past the page cache).
-    var snapshot: [UInt8]?
     /// How far what this handle wrote is known to begin a value (`checkPrefix`).
     var prefix = WrittenPrefix.checking(ValuePrefixCheck(), checked: 0, known: 0)
 
@@ -102,8 +91,9 @@ final class OpenFile {
     /// the kernel, whose idea of the file's size may be out of date, says it goes.
     let appends: Bool
 
-    init(node: Node, writable: Bool, appends: Bool = false, shown: ShownChange? = nil) {
+    init(node: Node, writable: Bool, appends: Bool = false, shown: ShownChange? = nil, state: HandleState) {
         self.node = node
+        self.state = state
         self.writable = writable
         self.appends = appends
         self.shown = shown

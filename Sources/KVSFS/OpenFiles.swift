@@ -75,8 +75,8 @@ extension KeyValueFileSystem {
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
             // A reader starting over reads what is committed now; one going on reads the rest
             // of the value it started, so a value read in several requests is one value.
-            if !file.writable, offset == 0 { file.snapshot = content(of: file.node) }
-            let content = file.buffer ?? file.snapshot ?? content(of: file.node)
+            if offset == 0 { file.state.readFromStart(committed: content(of: file.node)) }
+            let content = file.state.bytes ?? content(of: file.node)
             guard offset < content.count else { return [] }
             return Array(content[offset..<min(content.count, offset + size)])
         }
@@ -86,10 +86,10 @@ extension KeyValueFileSystem {
         try state.withLock { ns in
             guard let file = ns.handles[handle] else { throw FileSystemError.badHandle }
             guard file.writable else { throw FileSystemError.notOpenForWriting }
-            if let refusal = file.writeRefusal { throw refusal }
-            let firstWrite = file.buffer == nil
-            var buffer = file.buffer ?? content(of: file.node)
-            file.buffer = nil  // keep `buffer` uniquely referenced while it grows
+            try file.state.checkMayWrite()
+            let held = file.state.takeBytesForWriting()  // keep `buffer` uniquely referenced while it grows
+            let firstWrite = held == nil
+            var buffer = held ?? content(of: file.node)
             if firstWrite { file.prefix.know(buffer.count) }
             let offset = file.appends ? buffer.count : offset
             let end = offset + bytes.count
@@ -103,14 +103,11 @@ extension KeyValueFileSystem {
                 }
                 if file.shown == nil, file.node.key != nil { try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end) }
             } catch {
-                file.buffer = buffer
-                file.writeRefusal = error
+                file.state.refusedWrite(buffer, reason: error)
                 if let key = file.node.key { tell(refusalOf: key, error) }
                 throw error
             }
-            file.buffer = buffer
-            file.dirty = true
-            file.commitRefusal = nil
+            file.state.wrote(buffer)
             file.node.contentChanged()
             return bytes.count
         }
@@ -168,7 +165,7 @@ extension KeyValueFileSystem {
         let decoded = decodeUnlocked(handle)
         let notices = state.withLock { ns -> [KernelNotice] in
             guard let file = ns.handles.removeValue(forKey: handle) else { return [] }
-            if file.dirty, file.writeRefusal == nil, file.commitRefusal == nil {
+            if file.state.dueBytes != nil {
                 do {
                     try commit(file, decoded: decoded, in: &ns)
                 } catch {
@@ -176,8 +173,8 @@ extension KeyValueFileSystem {
                 }
             }
             // Bytes never committed: a time set on them must not stay on the content that remains.
-            if file.holdsUncommittedBytes { droppedSetTime(of: file.node) }
-            if let refusal = file.commitRefusal, file.shown == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
+            if file.state.holdsUncommittedBytes { droppedSetTime(of: file.node) }
+            if let refusal = file.state.refusalUntold, file.shown == nil, let key = file.node.key { tell(refusalOf: key, refusal) }
             file.node.openHandles -= 1
             if file.writable { file.node.openWriters -= 1 }
             let notices = dropRefusedPlaceholder(file, in: &ns)
@@ -194,24 +191,19 @@ extension KeyValueFileSystem {
     /// so that it forgets the name too.
     private func dropRefusedPlaceholder(_ file: OpenFile, in ns: inout Namespace) -> [KernelNotice] {
         guard case .placeholder = file.node.kind, file.node.openHandles == 0,
-              file.writeRefusal != nil || file.commitRefusal != nil else { return [] }
+              file.state.isRefused else { return [] }
         let name = file.node.name
         remove(file.node, content: [], in: &ns)
         return [.removal(name, file.node.inode)]
     }
 
     func open(_ node: Node, flags: OpenFlags, shown: ShownChange?, in ns: inout Namespace) -> OpenReply {
-        let file = OpenFile(node: node, writable: flags.isWritable, appends: flags.appends, shown: shown)
+        let state = HandleState.opened(writable: flags.isWritable, truncating: flags.truncates, committed: content(of: node))
+        let file = OpenFile(node: node, writable: flags.isWritable, appends: flags.appends, shown: shown, state: state)
         node.openHandles += 1
         if file.writable {
             node.openWriters += 1
-            if flags.truncates {
-                file.buffer = []
-                file.dirty = true
-            }
             if shown != nil { file.prefix = .unchecked }
-        } else {
-            file.snapshot = content(of: node)
         }
         // Nothing goes through the page cache. Writes: a refused value never lingers there,
         // and the kernel skips its security.capability lookup before each buffered write.
@@ -260,9 +252,9 @@ extension KeyValueFileSystem {
         let writers = handle.map { $0.writable ? [$0] : [] } ?? ns.handles.values.filter { $0.node === node && $0.writable }
         guard writers.isEmpty else {
             for file in writers {
-                if let refusal = file.writeRefusal { throw refusal }
-                if file.buffer == nil { file.prefix.know(content(of: node).count) }
-                var buffer = file.buffer ?? content(of: node)
+                try file.state.checkMayWrite()
+                if file.state.bytes == nil { file.prefix.know(content(of: node).count) }
+                var buffer = file.state.bytes ?? content(of: node)
                 file.prefix.cut(to: size)
                 if size > buffer.count {
                     try checkGrowth(of: node, to: size)
@@ -270,9 +262,7 @@ extension KeyValueFileSystem {
                 } else {
                     buffer.removeLast(buffer.count - size)
                 }
-                file.buffer = buffer
-                file.dirty = true
-                file.commitRefusal = nil
+                file.state.wrote(buffer)
                 node.contentChanged()
             }
             return

@@ -50,11 +50,6 @@ extension Node {
     }
 }
 
-extension OpenFile {
-    /// Whether this handle changed bytes that are not committed (written, or refused at write).
-    var holdsUncommittedBytes: Bool { dirty || writeRefusal != nil }
-}
-
 extension KeyValueFileSystem {
     /// A SETATTR's modification time: kept for keys, placeholders and scratch files; a file
     /// showing a registered default shows when it was registered, and a removed one nothing.
@@ -62,7 +57,7 @@ extension KeyValueFileSystem {
         let time = timeStamp(of: change)
         switch node.kind {
         case .key(let key):
-            let pending = ns.handles.values.contains { $0.node === node && $0.holdsUncommittedBytes }
+            let pending = ns.handles.values.contains { $0.node === node && $0.state.holdsUncommittedBytes }
             if !pending, let entry = store.entry(forKey: key) {
                 node.setTime = SetTime(time: time, standing: .value(entry.xml))
             } else {

@@ -103,8 +103,8 @@ final class MountSync: MountSynchronizer {
         try wait { [engine] in try await engine.synchronize() }
     }
 
-    func pushNow() throws {
-        try wait { [engine] in try await engine.pushNow() }
+    func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void) {
+        waits.start({ [engine] in try await engine.pushNow() }, then: { answer($0.mapError(Self.failure)) })
     }
 
     func replaceWithRemote() throws {

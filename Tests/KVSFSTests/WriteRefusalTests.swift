@@ -11,7 +11,7 @@ private final class RefusalRecorder: MountSynchronizer {
     let recorded = Mutex<[(key: String, reason: String)]>([])
 
     func synchronize() throws {}
-    func pushNow() throws {}
+    func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void) { answer(.success(())) }
     func replaceWithRemote() throws {}
     func rootAttributes() -> [String: String] { [:] }
     func standing() -> SyncStanding {

@@ -10,7 +10,9 @@ import Testing
 /// No remote: the batches come from the test.
 private final class NoRemote: MountSynchronizer, @unchecked Sendable {
     func synchronize() throws { throw SyncFailure.unreachable("no remote in this test") }
-    func pushNow() throws { throw SyncFailure.unreachable("no remote in this test") }
+    func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void) {
+        answer(.failure(.unreachable("no remote in this test")))
+    }
     func replaceWithRemote() throws { throw SyncFailure.unreachable("no remote in this test") }
     func rootAttributes() -> [String: String] { [:] }
     func standing() -> SyncStanding {
