@@ -3,8 +3,8 @@ import Foundation
 // What a server's storage keeps of accounts and tokens (`AccountStorage`), and its errors.
 // KVServer's `AccountDirectory` makes and checks the tokens.
 
-/// What a token may do.
-public struct TokenScope: Sendable, Equatable {
+/// What a token may do: also what `GET /v1/whoami` answers (KVWire's `WhoAmI`), in JSON.
+public struct TokenScope: Codable, Sendable, Equatable {
     public var account: String
     /// The one store the token reaches; nil for every store of its account.
     public var store: String?

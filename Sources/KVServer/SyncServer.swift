@@ -90,7 +90,7 @@ public struct SyncServer: Sendable {
                                                                                  refused: refusedTokens))
         authorized.group(context: AuthorizedContext.self).get(RouterPath(WirePath.whoAmI)) { _, context -> Response in
             let scope = context.bearer.scope
-            return try json(WhoAmI(account: scope.account, store: scope.store, readOnly: scope.readOnly))
+            return try json(scope as WhoAmI)
         }
         let reads = authorized.group()
             .add(middleware: StoreAuthorization(access: .read)).group(context: StoreContext.self)

@@ -43,19 +43,8 @@ public typealias PushResponse = PushOutcome
 /// The answer to `GET .../changes` and each event of `GET .../events`.
 public typealias ChangesResponse = ChangeBatch
 
-/// `GET /v1/whoami`: what the token reaches.
-public struct WhoAmI: Codable, Sendable, Equatable {
-    public var account: String
-    /// The one store the token reaches; nil for every store of the account.
-    public var store: String?
-    public var readOnly: Bool
-
-    public init(account: String, store: String?, readOnly: Bool) {
-        self.account = account
-        self.store = store
-        self.readOnly = readOnly
-    }
-}
+/// `GET /v1/whoami`: what the token reaches, its scope as the server keeps it.
+public typealias WhoAmI = TokenScope
 
 /// `GET .../identity`: the account's remote id (see `ChangeLog.identity()`).
 public struct IdentityResponse: Codable, Sendable, Equatable {
