@@ -5,22 +5,16 @@ import KVStore
 /// The one door between a mount and whatever keeps its store in sync with a remote: the
 /// mount knows nothing else of sync. Wired by whoever runs both.
 ///
-/// Remote changes reach the mount through its applier (`MountApplier`), not through this door.
+/// Remote changes reach the mount through its applier (`MountApplier`), not through this door;
+/// acts on the whole store (`kvsfs sync`) come through the mount's control socket, which
+/// holds the synchronizer itself.
 public protocol MountSynchronizer: Sendable {
-    /// Pushes what is pending and fetches and applies what is new, blocking until done.
-    /// Throws `SyncFailure`. Never called from a request during which the kernel holds the
-    /// root directory's lock: remote changes are applied through that directory.
-    func synchronize() throws
-
     /// Pushes what is pending and starts a round that fetches and applies, not waited for.
     /// Returns at once; `answer` is called once, when the remote has what was pending or with
     /// the `SyncFailure` `synchronize` would throw, from whatever thread ends the wait (the
     /// caller's own when it is refused at once). It answers a request (fsync of the root):
     /// whatever waits on the remote, no FUSE request thread does.
     func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void)
-
-    /// Replaces the store's values by the remote's, blocking and throwing like `synchronize`.
-    func replaceWithRemote() throws
 
     /// Extended attributes of the mount's root (`user.kvsfs.sync`, `user.kvsfs.events`, ...):
     /// facts only; reading one changes nothing.

@@ -21,7 +21,7 @@ final class ControlSocket: @unchecked Sendable {
     /// in it; nil for a mount without a remote.
     private let history: (log: any ChangeLog, store: String)?
     /// The mount's sync; nil for a mount without a remote.
-    private let sync: (any MountSynchronizer)?
+    private let sync: MountSync?
     /// The mount's directory: a request names it by its device.
     private let mountpoint: String
     private let logger: Logger
@@ -46,7 +46,7 @@ final class ControlSocket: @unchecked Sendable {
     /// How long one connection may take to send its request or read its answer.
     static let connectionDeadline = 10
 
-    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (log: any ChangeLog, store: String)?, sync: (any MountSynchronizer)?,
+    init(address: ControlAddress, fileSystem: KeyValueFileSystem, history: (log: any ChangeLog, store: String)?, sync: MountSync?,
          mountpoint: String, logger: Logger) throws {
         self.address = address
         self.fileSystem = fileSystem

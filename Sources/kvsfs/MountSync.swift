@@ -99,6 +99,8 @@ final class MountSync: MountSynchronizer {
         _ = waitFor({ [engine] in await engine.stopAndWait() }, timeout: .seconds(5))
     }
 
+    /// Pushes what is pending and fetches and applies what is new, blocking until done, for
+    /// `kvsfs sync` (the control socket's thread, never a FUSE request's). Throws `SyncFailure`.
     func synchronize() throws {
         try wait { [engine] in try await engine.synchronize() }
     }
@@ -107,6 +109,8 @@ final class MountSync: MountSynchronizer {
         waits.start({ [engine] in try await engine.pushNow() }, then: { answer($0.mapError(Self.failure)) })
     }
 
+    /// Replaces the store's values by the remote's (`kvsfs sync --replace-with-remote`),
+    /// blocking and throwing like `synchronize`.
     func replaceWithRemote() throws {
         try wait { [engine] in try await engine.replaceWithRemote() }
     }

@@ -25,11 +25,9 @@ private final class OneApplier: ChangeShowing {
 
 /// The sync side, for the root's attributes and fsync.
 private final class OfflineDoor: MountSynchronizer {
-    func synchronize() throws { throw SyncFailure.unreachable("connection refused") }
     func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void) {
         answer(.failure(.busy("8 requests already wait on the remote: retry")))
     }
-    func replaceWithRemote() throws { throw SyncFailure.authorizationRefused("unknown or revoked token") }
     func rootAttributes() -> [String: String] { ["user.kvsfs.sync": "synced"] }
     func standing() -> SyncStanding {
         SyncStanding(remote: "file:///cloud.sqlite", reachability: .offline("connection refused"), lastSync: nil,
@@ -125,7 +123,8 @@ struct MountSynchronizerTests {
     @Test("reading an attribute acts on nothing: no sync, no replacement; fsync of the root pushes and maps its failure to an errno")
     func attributesAreFacts() throws {
         let harness = try Harness(sync: OfflineDoor())
-        // The door's synchronize() and replaceWithRemote() would fail with EHOSTUNREACH and EACCES.
+        // No attribute reaches a sync or a replacement: the door has neither (the control
+        // socket's acts), so a read can only be a fact.
         for name in ["user.kvsfs.synchronize", "user.kvsfs.replace-with-remote"] {
             #expect(errnoOf(harness.fs) { _ = try harness.fs.getxattr(inode: .root, name: name) } == ENODATA, "\(name)")
         }

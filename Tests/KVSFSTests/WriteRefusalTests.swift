@@ -10,9 +10,7 @@ import Testing
 private final class RefusalRecorder: MountSynchronizer {
     let recorded = Mutex<[(key: String, reason: String)]>([])
 
-    func synchronize() throws {}
     func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void) { answer(.success(())) }
-    func replaceWithRemote() throws {}
     func rootAttributes() -> [String: String] { [:] }
     func standing() -> SyncStanding {
         SyncStanding(remote: "none", reachability: .reachable, lastSync: nil, eventLog: "", eventCursor: 0)
