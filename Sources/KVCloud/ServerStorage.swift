@@ -1,5 +1,4 @@
 import Foundation
-import KVCloud
 import KVStore
 
 /// Where a sync server keeps its stores and accounts: one SQLite file for a single machine,

@@ -16,10 +16,12 @@ extension KeyValueFileSystem {
             guard try classify(name) != nil, let node = try visibleNode(named: name, in: &ns) else {
                 throw FileSystemError.noSuchFile
             }
+            try checkShownDefaultStands(shownChange(in: context), in: ns)
             let content = ns.contentOfShownRemovals[node.inode] ?? content(of: node)
             switch node.kind {
             case .key(let key):
-                // The applier's unlink shows a removal the store holds already.
+                // The applier's unlink shows a removal the store holds already; a default's,
+                // only while the key still has no value (one written since stays).
                 if let shown = shownChange(in: context), shown.change.key == key, shown.change.isTombstone {
                     break
                 }

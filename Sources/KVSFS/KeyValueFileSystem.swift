@@ -84,6 +84,16 @@ public final class KeyValueFileSystem: FuseFileSystem {
         applier?.shownChange(for: context)
     }
 
+    /// Refuses (ENOENT) the applier's step that shows a registered default's change once the
+    /// key has a value or a writer's new file: a default is decided under the namespace lock
+    /// and shown after it, and what was written in between wins, unshown.
+    func checkShownDefaultStands(_ shown: ShownChange?, in ns: Namespace) throws {
+        guard let shown, shown.showsDefault else { return }
+        let key = shown.change.key
+        if store.entry(forKey: key) != nil { throw FileSystemError.noSuchFile }
+        if case .placeholder = ns.names[KeyFileName.fileName(forKey: key)]?.kind { throw FileSystemError.noSuchFile }
+    }
+
     public func forget(inode: InodeNumber, lookups: UInt64) {
         state.forget(inode, lookups: lookups)
     }

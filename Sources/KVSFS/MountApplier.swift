@@ -212,6 +212,10 @@ public struct ShownChange: Sendable, Equatable {
     /// The stamp of a shown change the store does not hold: no device's.
     public static let unstamped = ChangeStamp(time: 0, counter: 0, device: "")
 
+    /// Whether it shows what a file without a value shows (a registered default), decided when
+    /// it was shown and checked again by the step: a value written since wins.
+    public var showsDefault: Bool { change.stamp == Self.unstamped }
+
     public let change: StampedChange
     /// Whether the key had no value before the change: the store takes the change before it
     /// is shown, and the kernel raises IN_CREATE only for a file it creates, so the applier's

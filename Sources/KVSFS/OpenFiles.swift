@@ -16,6 +16,7 @@ extension KeyValueFileSystem {
             if flags.isWritable { try checkMayChange(context) }
             if flags.isWritable, node.key != nil { try checkWritable(context) }
             let shown = shownChange(in: context)
+            try checkShownDefaultStands(shown, in: ns)
             if flags.isWritable { try checkMayBecomeKey(node, shown: shown) }
             return open(node, flags: flags, shown: shown, in: &ns)
         }
@@ -26,6 +27,7 @@ extension KeyValueFileSystem {
         return try state.withLock { ns in
             guard parent == .root else { throw FileSystemError.notADirectory }
             let shown = shownChange(in: context)
+            try checkShownDefaultStands(shown, in: ns)
             // A new file made as mkstemp makes one, under rsync's name for it, is rsync's
             // temporary file: scratch (`EditorFileRule`). A file of that name that exists is
             // found below as what it is.

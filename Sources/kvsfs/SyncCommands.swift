@@ -50,10 +50,14 @@ struct Sync: ParsableCommand {
 }
 
 struct Events: ParsableCommand {
+    /// Every reason a line of the log may have, from the one list (`SyncEvent.Reason`); `resync`
+    /// is the reader's own, said below.
+    static let loggedReasons = SyncEvent.Reason.allCases.filter { $0 != .resync }.map(\.rawValue).joined(separator: "|")
+
     static let configuration = CommandConfiguration(
         abstract: "Print the mount's external changes as they happen, one JSON line each.",
         discussion: """
-            Each line: {"cursor":N,"keys":[...],"reason":"server-change|initial-sync|quota-violation|push-deferred|remote-reset|refused-remote-change|apply-failed|conflict|refused-local-write","time":"..."} \
+            Each line: {"cursor":N,"keys":[...],"reason":"\(Self.loggedReasons)","time":"..."} \
             (all but server-change and initial-sync also carry "message"). With --since, a reader resumes after the \
             cursor of the last line it took; when the log no longer holds what came right after it, the first line \
             is {"keys":[],"message":"...","reason":"resync","time":"..."}. With --all or --since it prints what is \

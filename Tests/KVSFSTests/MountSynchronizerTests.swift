@@ -131,4 +131,27 @@ struct MountSynchronizerTests {
         #expect(try answer(toFsyncOfRoot: harness.fs) == EAGAIN)
         #expect(try harness.fs.getxattr(inode: .root, name: "user.kvsfs.sync") == Array("synced".utf8))
     }
+
+    @Test("the applier's steps that show a default's change yield to what was written since: a value, or a writer's new file")
+    func shownDefaultYieldsToWrites() throws {
+        let door = OneApplier()
+        let harness = try Harness(registersDefaults: true, applier: door)
+        let user = harness.context
+        // A default went (a reload), and before the applier unlinks its file a writer creates it.
+        let (entry, reply) = try harness.fs.create(parent: .root, name: "theme", mode: 0o644,
+                                                   flags: OpenFlags(rawValue: O_WRONLY | O_CREAT), context: user)
+        defer { harness.fs.release(inode: entry.attributes.inode, handle: reply.handle) }
+        door.inFlight.withLock { $0 = ShownChange(change: StampedChange(key: "theme", value: nil, type: nil, stamp: ShownChange.unstamped), keyIsNew: false) }
+        #expect(errnoOf(harness.fs) { try harness.fs.unlink(parent: .root, name: "theme", context: applier) } == ENOENT)
+        guard case .found = try harness.fs.lookup(parent: .root, name: "theme", context: user) else {
+            Issue.record("the writer's file went")
+            return
+        }
+        // A default changed, and before the applier writes its file the key gets a value.
+        try harness.writeFile("volume", "7")
+        let shown = try PropertyListCodec.encodeXML(.integer(11))
+        door.inFlight.withLock { $0 = ShownChange(change: StampedChange(key: "volume", value: Data(shown), type: .integer, stamp: ShownChange.unstamped), keyIsNew: false) }
+        #expect(errnoOf(harness.fs) { try write(harness, "volume", String(decoding: shown, as: UTF8.self), as: applier) } == ENOENT)
+        #expect(try harness.value("volume") == .string("7"))
+    }
 }
