@@ -13,6 +13,7 @@
 # on the same machine: with two cores or more the servers run on the first and the generator on
 # the second (taskset), else they share them; its own CPU time is printed, and last each
 # instance's pushes and the transactions that committed them (/metrics: group commit).
+# KVSFS_BINARY runs that kvsfs as the server instead of building this tree's.
 set -euo pipefail
 watchers=${1:-1000}; rate=${2:-500}; seconds=${3:-30}; stores=${4:-250}; backend=${5:-sqlite}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,11 +22,8 @@ repo=$(cd "$here/.." && pwd)
 source "$here/common.sh"
 bench_work loadbench
 
-for product in kvsfs kvsfs-load; do
-    (cd "$repo" && swift build -c release --product "$product" >"$work/build.log" 2>&1) || { cat "$work/build.log" >&2; exit 1; }
-done
-kvsfs="$repo/.build/release/kvsfs"
-sync   # a fresh build leaves ~200 MB to write back, which would stall the measured fsyncs
+(cd "$repo" && swift build -c release --product kvsfs-load >"$work/build.log" 2>&1) || { cat "$work/build.log" >&2; exit 1; }
+bench_kvsfs   # the server: this tree's release build, or $KVSFS_BINARY for paired runs of two builds
 database="sqlite://$work/server.sqlite"
 instances=1
 case "$backend" in

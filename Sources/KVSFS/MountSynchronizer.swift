@@ -11,7 +11,7 @@ import KVStore
 public protocol MountSynchronizer: Sendable {
     /// Pushes what is pending and starts a round that fetches and applies, not waited for.
     /// Returns at once; `answer` is called once, when the remote has what was pending or with
-    /// the `SyncFailure` `synchronize` would throw, from whatever thread ends the wait (the
+    /// the `SyncFailure` the push failed with, from whatever thread ends the wait (the
     /// caller's own when it is refused at once). It answers a request (fsync of the root):
     /// whatever waits on the remote, no FUSE request thread does.
     func pushNow(then answer: @escaping @Sendable (Result<Void, SyncFailure>) -> Void)

@@ -52,7 +52,7 @@ public struct RegisteredDefaults: Sendable, Equatable {
                 try ledger.checkKeyName(key)
                 let value = entries[name]!
                 let xml = try PropertyListCodec.encodeXML(value)
-                try ledger.checkValueSize(xml.count)
+                try ledger.checkValueSize(QuotaLedger.size(ofXML: xml))
                 defaults.values[key] = Value(value: value, xml: xml)
             } catch {
                 throw .invalidEntry(key: name, reason: error.description)

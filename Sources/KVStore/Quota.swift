@@ -53,7 +53,10 @@ public struct QuotaLedger: Sendable {
     }
 
     /// What a value counts against the quotas: the length of its canonical XML property list
-    /// (key names do not count).
+    /// (key names do not count). Its twins in SQL count the stored value's bytes the same way,
+    /// where the remotes keep their usage: `length(value)` in KVCloud's `SQLiteCloudStorage`
+    /// and `SQLiteCloudRows`, `octet_length(value)` in KVPostgres's `PostgresMigrations` and
+    /// `PostgresGroupCommit`.
     public static func size(ofXML xml: some Collection<UInt8>) -> Int { xml.count }
 
     /// Checks a key's change from a value of `old` bytes (nil: none) to one of `new` bytes

@@ -209,7 +209,7 @@ struct Mount: ParsableCommand {
             // Unmounted all the same: what is committed is in the journal, which the next mount
             // replays; only its way to the disk's own copy is what failed.
             throw CommandFailure("unmounted, but the store could not be made durable: \(error); every acknowledged write is kept "
-                + "in its journal and taken in at the next mount, but one not saved with fsync may be lost if the machine stops before then")
+                + "in the store's files and taken in at the next mount, but one not saved with fsync may be lost if the machine stops before then")
         }
         withExtendedLifetime(lock) {}
         if status != 0 { throw CommandFailure("the FUSE session ended with status \(status)") }

@@ -172,8 +172,9 @@ struct MountOptions {
         let lines = rows.sorted { $0.0 < $1.0 }.map { $0.0.padding(toLength: width + 2, withPad: " ", startingAt: 0) + $0.1 }
         return """
             kvsfs mount MOUNTPOINT -o OPTIONS and the mount(8) form kvsfs STORE MOUNTPOINT -o OPTIONS take the same \
-            options, comma-separated, each standing for a kvsfs mount option; mount(8)'s generic options (rw, nosuid, \
-            _netdev, x-*, ...) are accepted and ignored, anything else is refused:
+            options, comma-separated, each standing for a kvsfs mount option; rw undoes an earlier ro (the last of the \
+            two wins, as in mount(8), --read-only too); mount(8)'s generic options (nosuid, _netdev, x-*, ...) are \
+            accepted and ignored, anything else is refused:
 
             \(lines.joined(separator: "\n"))
 

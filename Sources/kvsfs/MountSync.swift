@@ -131,8 +131,8 @@ final class MountSync: MountSynchronizer {
                             eventLog: events.path, eventCursor: events.lastCursor)
     }
 
-    /// Runs `work` from a FUSE request thread, waiting for it within `waits`' bounds; errors
-    /// become the mount's.
+    /// Runs `work` from the control socket's thread, waiting for it within `waits`' bounds;
+    /// errors become the mount's.
     private func wait(for work: @escaping @Sendable () async throws -> Void) throws {
         do {
             try waits.run(work)

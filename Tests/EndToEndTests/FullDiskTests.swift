@@ -154,7 +154,7 @@ struct FullDiskTests {
         #expect(unmounted.standardOutput == "exit=1\n", "\(unmounted)")
         let words = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(words.hasSuffix("Error: unmounted, but the store could not be made durable: the disk holding \(data) is full; every acknowledged "
-                                + "write is kept in its journal and taken in at the next mount, but one not saved with fsync may be lost if "
+                                + "write is kept in the store's files and taken in at the next mount, but one not saved with fsync may be lost if "
                                 + "the machine stops before then\n"), "\(words)")
 
         try disk.free()
