@@ -19,7 +19,7 @@ extension KeyValueFileSystem {
     ///
     /// The directory changes at once, as one. Then each file that appeared, changed or went is
     /// shown through the applier as a writer's create, write or unlink would be
-    /// (`MountApplier.show(shownWithoutStore:newKeys:)`), so that the kernel raises the same
+    /// (`MountApplier.show`), so that the kernel raises the same
     /// inotify events as for a value; what it cannot show needs nothing more, as the kernel
     /// caches nothing a default decides. Called without the namespace lock.
     public func registerDefaults(_ defaults: RegisteredDefaults) {
@@ -48,7 +48,7 @@ extension KeyValueFileSystem {
             return defaultsShown(from: before, to: defaults, in: ns)
         }
         guard !changes.isEmpty, let applier else { return }
-        _ = applier.show(shownWithoutStore: changes, newKeys: added)
+        _ = applier.show(changes, newKeys: added)
     }
 
     /// What a new set of defaults changed in the files of keys without a value, as changes for

@@ -14,7 +14,7 @@ extension KeyValueFileSystem {
         guard !keys.isEmpty else { return }
         // What open handles of a removed key go on reading, for the applier's unlink to keep.
         if !removedContent.isEmpty { state.withLock { $0.contentOfShownRemovals.merge(removedContent) { $1 } } }
-        let unshown = applier?.show(keys, newKeys: Swift.Set(added)) ?? Swift.Set(keys)
+        let unshown = applier?.show(keys.compactMap(store.allChanges(forKey:)), newKeys: Swift.Set(added)) ?? Swift.Set(keys)
         let notices = state.withLock { ns in
             for inode in removedContent.keys { ns.contentOfShownRemovals[inode] = nil }
             guard !unshown.isEmpty else { return [KernelNotice]() }

@@ -6,8 +6,8 @@ import KVStore
 import Synchronization
 
 /// The one door for every change the kernel did not make: remote changes (`apply`), an
-/// import or a settled conflict (`show`), and a reload of registered defaults
-/// (`show(shownWithoutStore:newKeys:)`). The store takes each change once; then
+/// import, a settled conflict or a reload of registered defaults (`show`). The store takes
+/// each change once; then
 /// each key whose value changed is shown through the mount's own path, from a process of its
 /// own (`ApplierProcess`), as a program would: its file written (open with O_TRUNC, write,
 /// close) or unlinked. So the kernel raises IN_CREATE, IN_MODIFY, IN_CLOSE_WRITE and
@@ -70,27 +70,14 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
         }
     }
 
-    /// Shows keys the store changed without the kernel: `newKeys` had no value before (their
-    /// files are created), the others changed or were removed. Returns, once done, the keys it
-    /// could not show (the mount unmounted, no process, a step refused), for the caller to
-    /// tell the kernel some other way. Never call it while holding the namespace lock: the
+    /// Shows changes the mount already holds but the kernel did not make: ones the store took
+    /// (an import, a settled conflict: each key's latest change) or what a file without a
+    /// value shows (a registered default, `ShownChange.showsDefault`). `newKeys` had no file
+    /// before (theirs are created); the others' are written or unlinked. Returns, once done, the
+    /// keys it could not show (the mount unmounted, no process, a step refused), for the caller
+    /// to tell the kernel some other way. Never call it while holding the namespace lock: the
     /// mount serves the writes it makes.
-    public func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String> {
-        queue.sync {
-            guard begin() else { return Swift.Set(keys) }
-            defer { end() }
-            var unshown = Swift.Set<String>()
-            for key in keys.sorted() {
-                guard let change = store.allChanges(forKey: key) else { continue }
-                if !showNow(change, keyIsNew: newKeys.contains(key)) { unshown.insert(key) }
-            }
-            return unshown
-        }
-    }
-
-    /// Shows changes of what files show without a value in the store (a registered default
-    /// added, changed or no longer registered), which the mount already shows; as `show`.
-    public func show(shownWithoutStore changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String> {
+    public func show(_ changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String> {
         queue.sync {
             guard begin() else { return Swift.Set(changes.map(\.key)) }
             defer { end() }
@@ -198,11 +185,9 @@ public final class MountApplier: ExternalChangeApplying, ChangeShowing, @uncheck
 public protocol ChangeShowing: Sendable {
     /// The change the request of `context` shows; nil for every request but the applier's.
     func shownChange(for context: RequestContext) -> ShownChange?
-    /// Shows keys the store changed without the kernel; returns those it could not show.
-    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String>
-    /// Shows changes the mount made to files without a value (registered defaults); returns
-    /// the keys it could not show.
-    func show(shownWithoutStore changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String>
+    /// Shows changes the mount holds but the kernel did not make (the store's, or a registered
+    /// default's); returns the keys it could not show.
+    func show(_ changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String>
 }
 
 /// A change the applier is showing through the mount, which the mount already holds: one the

@@ -16,11 +16,7 @@ private final class OneApplier: ChangeShowing {
         context.threadID == Self.applierThread ? inFlight.withLock { $0 } : nil
     }
 
-    func show(_ keys: [String], newKeys: Swift.Set<String>) -> Swift.Set<String> { Swift.Set(keys) }
-
-    func show(shownWithoutStore changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String> {
-        Swift.Set(changes.map(\.key))
-    }
+    func show(_ changes: [StampedChange], newKeys: Swift.Set<String>) -> Swift.Set<String> { Swift.Set(changes.map(\.key)) }
 }
 
 /// The sync side, for the root's attributes and fsync.
