@@ -44,7 +44,8 @@ serverCore=(); generatorCore=()
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then serverCore=(taskset -c 0); generatorCore=(taskset -c 1); fi
 servers=()
 for port in $(seq 18790 $((18789 + instances))); do
-    "${serverCore[@]}" "$kvsfs" serve --listen "127.0.0.1:$port" --database "$database" --rate-limit 0 2>/dev/null & pids+=($!)
+    "${serverCore[@]}" "$kvsfs" serve --listen "127.0.0.1:$port" --database "$database" --rate-limit 0 \
+        --max-stores-per-account "$((stores > 256 ? stores : 256))" 2>/dev/null & pids+=($!)
     servers+=(--url "http://127.0.0.1:$port" --server-pid $!)
     for _ in $(seq 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.05; done
 done

@@ -7,21 +7,36 @@ import Synchronization
 /// first, then looks at the storage, then waits "since" that version: a change that lands
 /// between the look and the wait has raised the version, so the wait ends at once and no
 /// notification is missed.
+///
+/// A wait's timeout costs no timer of its own: one task sleeps until the soonest deadline
+/// (`WaitDeadlines`), and after it ends sleeps at least `slack` before the next, so that
+/// thousands of event streams with their keep-alive waits wake it a few times a second, not
+/// once per wait. A wait ends at most `slack` after its timeout.
 public final class ChangeNotifier: Sendable {
     private struct State {
         var versions: [String: UInt64] = [:]
         /// Raised by `notifyAll`: part of every store's version.
         var epoch: UInt64 = 0
         var waiters: [String: [UUID: CheckedContinuation<Void, Never>]] = [:]
+        var deadlines = WaitDeadlines<UUID>()
+        /// The task sleeping until `timerTarget`, which ends the waits due by then.
+        var timer: Task<Void, Never>?
+        var timerTarget: Duration?
         var closed = false
     }
 
-    private let state = Mutex(State())
-    /// Times the waits' timeouts.
-    private let clock: any Clock<Duration>
+    /// How late past its timeout a wait may end, so that deadlines close together share a wake.
+    public static let slack = Duration.milliseconds(50)
 
-    public init(clock: any Clock<Duration> = ContinuousClock()) {
-        self.clock = clock
+    private let state = Mutex(State())
+    /// The time since the notifier was made, on the clock that times the waits.
+    private let elapsed: @Sendable () -> Duration
+    private let sleep: @Sendable (Duration) async throws -> Void
+
+    public init<C: Clock>(clock: C = ContinuousClock()) where C.Duration == Duration {
+        let origin = clock.now
+        elapsed = { origin.duration(to: clock.now) }
+        sleep = { duration in try await clock.sleep(for: duration) }
     }
 
     /// Ends every wait now and every later one at once: for a graceful shutdown, which waits
@@ -29,6 +44,10 @@ public final class ChangeNotifier: Sendable {
     public func close() {
         let all = state.withLock { state in
             state.closed = true
+            state.timer?.cancel()
+            state.timer = nil
+            state.timerTarget = nil
+            state.deadlines.removeAll()
             defer { state.waiters = [:] }
             return state.waiters.values.flatMap(\.values)
         }
@@ -63,19 +82,17 @@ public final class ChangeNotifier: Sendable {
     }
 
     /// Returns when `store` is notified after `version` (at once if it was already), after
-    /// `timeout`, or when the task is cancelled.
+    /// `timeout` (within `slack`), or when the task is cancelled.
     public func wait(for store: String, since version: UInt64, timeout: Duration) async {
         let id = UUID()
-        let timer = Task { [clock] in
-            // Cancelled when the wait ends first; the timeout ends it otherwise.
-            try? await clock.sleep(for: timeout)
-            self.resume(store, id)
-        }
+        let deadline = elapsed() + timeout
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let waits = state.withLock { state in
                     guard !state.closed, state.versions[store, default: 0] &+ state.epoch == version else { return false }
                     state.waiters[store, default: [:]][id] = continuation
+                    state.deadlines.insert(.init(deadline: deadline, store: store, id: id))
+                    arm(at: deadline, in: &state)
                     return true
                 }
                 if !waits {
@@ -87,7 +104,40 @@ public final class ChangeNotifier: Sendable {
         } onCancel: {
             resume(store, id)
         }
-        timer.cancel()
+    }
+
+    /// Makes the timer wake by `deadline` (within `slack`): started if none sleeps, started
+    /// again earlier if the one sleeping wakes later than that.
+    private func arm(at deadline: Duration, in state: inout State) {
+        if let target = state.timerTarget, target <= deadline + Self.slack { return }
+        state.timer?.cancel()
+        state.timerTarget = deadline
+        state.timer = Task { [weak self] in await self?.endWaits(dueBy: deadline) }
+    }
+
+    /// Sleeps until `target`, then ends every wait due by then and arms the timer for the next,
+    /// no sooner than `slack` from now. Does nothing when cancelled: another timer took over.
+    private func endWaits(dueBy target: Duration) async {
+        let now = elapsed()
+        if target > now {
+            do {
+                try await sleep(target - now)
+            } catch {
+                return
+            }
+        }
+        let due = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            guard state.timerTarget == target else { return [] }
+            state.timer = nil
+            state.timerTarget = nil
+            let now = elapsed()
+            let due = state.deadlines.popExpired(at: now).compactMap { entry in
+                state.waiters[entry.store]?.removeValue(forKey: entry.id)
+            }
+            if let soonest = state.deadlines.soonest { arm(at: max(soonest, now + Self.slack), in: &state) }
+            return due
+        }
+        for continuation in due { continuation.resume() }
     }
 
     private func resume(_ store: String, _ id: UUID) {

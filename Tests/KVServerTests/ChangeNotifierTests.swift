@@ -77,4 +77,31 @@ struct ChangeNotifierTests {
         #expect(clock.now.offset == .milliseconds(200), "close() ended both waits; the clock stood still")
         #expect(notifier.waiting == 0)
     }
+
+    @Test("a hundred waits share one timer; each ends by its own timeout, within the slack, and not before")
+    func waitsShareOneTimer() async throws {
+        let clock = ManualClock()
+        let notifier = ChangeNotifier(clock: clock)
+        var waiters: [Waiter] = []
+        for n in 0..<100 {
+            let store = "s\(n).default"
+            waiters.append(Waiter { await notifier.wait(for: store, since: notifier.version(of: store), timeout: .seconds(10) + .milliseconds(n)) })
+        }
+        while notifier.waiting < 100 { await Task.yield() }
+        try await clock.waitForSleepers(1)
+        #expect(clock.sleeperCount == 1, "one timer for all the waits, not one each")
+        _ = clock.advance(by: .milliseconds(9_999))
+        #expect(notifier.waiting == 100, "none ends before its timeout")
+        // Each timeout, then the timer's next wake at most the slack later, until all have ended.
+        var ended = 0
+        while notifier.waiting > 0, ended < 1_000 {
+            try await clock.waitForSleepers(1)
+            clock.advanceToNextDeadline()
+            ended += 1
+            for _ in 0..<10 { await Task.yield() }
+        }
+        for waiter in waiters { await waiter.ended() }
+        #expect(clock.now.offset <= .seconds(10) + .milliseconds(99) + ChangeNotifier.slack)
+        #expect(ended <= 4, "deadlines within the slack share a wake: \(ended) wakes")
+    }
 }
