@@ -6,6 +6,9 @@ import Logging
 /// Why the mount refused an operation that the store never saw.
 public enum FileSystemError: Error, Equatable, Sendable {
     case noSuchFile
+    /// A file the mount removed between the kernel's look-up of its name and an open of it
+    /// (ESTALE): the kernel looks the name up again and opens what it finds then.
+    case removedSinceLookup
     case fileExists
     case notADirectory
     /// The mount is one flat directory.
@@ -39,6 +42,7 @@ extension FileSystemError: CustomStringConvertible {
     public var description: String {
         switch self {
         case .noSuchFile: "no such file"
+        case .removedSinceLookup: "the file was removed since its name was looked up"
         case .fileExists: "the file exists"
         case .notADirectory: "the mount is one flat directory"
         case .directoriesNotSupported: "the mount holds no directories"
@@ -86,6 +90,7 @@ public enum ErrnoMapping {
         case let error as FileSystemError:
             switch error {
             case .noSuchFile: return ENOENT
+            case .removedSinceLookup: return ESTALE
             case .fileExists: return EEXIST
             case .notADirectory: return ENOTDIR
             case .directoriesNotSupported, .linksNotSupported, .specialFilesNotSupported,

@@ -127,6 +127,17 @@ struct RegisteredDefaultsTests {
         #expect(try h.value("c") == .integer(30))
     }
 
+    @Test("a default dropped between the kernel's look-up of its name and the open is ESTALE: the kernel looks again, and nothing written is lost")
+    func droppedBetweenLookupAndOpen() throws {
+        let h = try harness("<key>a</key><integer>1</integer>")
+        let looked = try #require(try h.inode("a"))
+        h.fs.registerDefaults(RegisteredDefaults())
+        #expect(errnoOf(h.fs) { _ = try h.fs.open(inode: looked, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: h.context) } == ESTALE)
+        // The kernel's second look finds no file, and O_CREAT makes one that takes the value.
+        try h.writeFile("a", "<integer>2</integer>")
+        #expect(try h.value("a") == .integer(2))
+    }
+
     @Test("a default dropped while a writer has it open still takes what the writer commits")
     func droppedWhileWritten() throws {
         let h = try harness("<key>a</key><integer>1</integer>")
