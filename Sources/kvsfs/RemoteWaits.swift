@@ -18,12 +18,17 @@ final class RemoteWaits: Sendable {
 
     private let waiting = Atomic<Int>(0)
 
-    /// Runs `work` and waits for it, or refuses at once when `limit` requests already wait.
+    /// Runs `work` and waits for it, or refuses at once when `limit` requests already wait:
+    /// `start`, waited for, so that the bounds have one owner.
     func run(_ work: @escaping @Sendable () async throws -> Void) throws {
-        try admit()
-        defer { waiting.subtract(1, ordering: .acquiringAndReleasing) }
-        guard let result = waitFor(work, timeout: Self.timeout) else { throw Self.timedOut }
-        try result.get()
+        let outcome = Mutex<Result<Void, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        start(work) { result in
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        try outcome.withLock { $0 }!.get()
     }
 
     /// Starts `work` and returns at once; `answer` is called once: with how the work ended, or
