@@ -78,9 +78,13 @@ struct EditorFile {
 /// fsync or release.
 final class OpenFile {
     let node: Node
-    let writable: Bool
     /// What the handle holds and whether it is due for commit (`HandleState`).
     var state: HandleState
+    /// Opened for writing: every state but a reader's, which a handle has from its open on.
+    var writable: Bool {
+        if case .reading = state { return false }
+        return true
+    }
     /// The change this handle shows, when the applier opened it (`MountApplier`): the store
     /// holds it already, so nothing the handle writes is committed, and no local quota applies.
     let shown: ShownChange?
@@ -91,10 +95,9 @@ final class OpenFile {
     /// the kernel, whose idea of the file's size may be out of date, says it goes.
     let appends: Bool
 
-    init(node: Node, writable: Bool, appends: Bool = false, shown: ShownChange? = nil, state: HandleState) {
+    init(node: Node, appends: Bool = false, shown: ShownChange? = nil, state: HandleState) {
         self.node = node
         self.state = state
-        self.writable = writable
         self.appends = appends
         self.shown = shown
     }

@@ -205,7 +205,7 @@ extension KeyValueFileSystem {
 
     func open(_ node: Node, flags: OpenFlags, shown: ShownChange?, in ns: inout Namespace) -> OpenReply {
         let state = HandleState.opened(writable: flags.isWritable, truncating: flags.truncates, committed: content(of: node))
-        let file = OpenFile(node: node, writable: flags.isWritable, appends: flags.appends, shown: shown, state: state)
+        let file = OpenFile(node: node, appends: flags.appends, shown: shown, state: state)
         node.openHandles += 1
         if file.writable {
             node.openWriters += 1
