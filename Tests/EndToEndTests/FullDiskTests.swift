@@ -100,8 +100,9 @@ struct FullDiskTests {
         #expect(try fsyncErrno(daemon.mountpoint) == 0)
     }
 
-    @Test("a journal replay that meets a full disk: one line and a non-zero exit; once space is freed the store mounts, every acknowledged write intact")
-    func replayOnFullDisk() throws {
+    /// A small disk in a fresh directory, a mountpoint beside it and a data directory on it,
+    /// for `body`; whatever is still mounted there is unmounted at the end.
+    private func withSmallDisk(_ body: (TemporaryDirectory, SmallDisk, String, String) throws -> Void) throws {
         let dir = TemporaryDirectory("kvsfs-disk")
         defer { dir.remove() }
         let disk = try SmallDisk(in: dir)
@@ -109,58 +110,60 @@ struct FullDiskTests {
         let mnt = try dir.privateSubdirectory("mnt")
         let data = try disk.dataDirectory()
         defer { if DaemonMount.isMounted(mnt) { _ = try? run("/bin/umount", ["-l", mnt], timeout: 10) } }
-        var daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
-        defer { daemon.stop() }
-        // Acknowledged (close returned) and only in the journal: together under the size at which
-        // the journal goes to the database, and more than the database's log has room for.
-        let writes = try shell("for i in 1 2 3 4 5 6; do printf '\"%s%s\"' $i $(head -c 120000 /dev/zero | tr '\\0' x) > \(mnt)/key$i || exit 1; done")
-        #expect(writes.status == 0, "\(writes)")
-        daemon.crash()
+        try body(dir, disk, mnt, data)
+    }
 
-        try disk.fill()
-        let refused = try run(kvsfsBinary, ["mount", mnt, "--data-dir", data, "--remote", "none"], timeout: 30)
-        #expect(refused.status != 0, "\(refused)")
-        #expect(refused.standardError == "Error: cannot open the store 'default' in \(data): the disk is full (0 bytes free); free some space and mount again\n",
-                "\(refused)")
-        #expect(!DaemonMount.isMounted(mnt))
+    @Test("a journal replay that meets a full disk: one line and a non-zero exit; once space is freed the store mounts, every acknowledged write intact")
+    func replayOnFullDisk() throws {
+        try withSmallDisk { dir, disk, mnt, data in
+            var daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
+            defer { daemon.stop() }
+            // Acknowledged (close returned) and only in the journal: together under the size at which
+            // the journal goes to the database, and more than the database's log has room for.
+            let writes = try shell("for i in 1 2 3 4 5 6; do printf '\"%s%s\"' $i $(head -c 120000 /dev/zero | tr '\\0' x) > \(mnt)/key$i || exit 1; done")
+            #expect(writes.status == 0, "\(writes)")
+            daemon.crash()
 
-        try disk.free()
-        daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
-        let read = try shell("for i in 1 2 3 4 5 6; do \(kvsfsBinary) get \(mnt)/key$i | wc -c; done; ls \(mnt) | wc -l")
-        #expect(read.standardOutput == String(repeating: "120002\n", count: 6) + "6\n", "\(read)")
-        #expect(!daemon.logText().contains("quarantine"), "\(daemon.logText())")
+            try disk.fill()
+            let refused = try run(kvsfsBinary, ["mount", mnt, "--data-dir", data, "--remote", "none"], timeout: 30)
+            #expect(refused.status != 0, "\(refused)")
+            #expect(refused.standardError == "Error: cannot open the store 'default' in \(data): the disk is full (0 bytes free); free some space and mount again\n",
+                    "\(refused)")
+            #expect(!DaemonMount.isMounted(mnt))
+
+            try disk.free()
+            daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
+            let read = try shell("for i in 1 2 3 4 5 6; do \(kvsfsBinary) get \(mnt)/key$i | wc -c; done; ls \(mnt) | wc -l")
+            #expect(read.standardOutput == String(repeating: "120002\n", count: 6) + "6\n", "\(read)")
+            #expect(!daemon.logText().contains("quarantine"), "\(daemon.logText())")
+        }
     }
 
     @Test("an unmount that meets a full disk says what became of the acknowledged writes and exits non-zero; the next mount has them all")
     func unmountOnFullDisk() throws {
-        let dir = TemporaryDirectory("kvsfs-disk")
-        defer { dir.remove() }
-        let disk = try SmallDisk(in: dir)
-        defer { disk.remove() }
-        let mnt = try dir.privateSubdirectory("mnt")
-        let data = try disk.dataDirectory()
-        defer { if DaemonMount.isMounted(mnt) { _ = try? run("/bin/umount", ["-l", mnt], timeout: 10) } }
-        // The daemon's words go off the full disk. Six acknowledged writes, only in the journal.
-        let log = dir.path + "/daemon.log"
-        let unmounted = try shell("""
-            \(kvsfsBinary) mount \(mnt) --data-dir \(data) --remote none 2> \(log) &
-            daemon=$!
-            \(shellWait(until: "mountpoint -q \(mnt)"))
-            for i in 1 2 3 4 5 6; do printf '"%s%s"' $i $(head -c 120000 /dev/zero | tr '\\0' x) > \(mnt)/key$i || exit 1; done
-            dd if=/dev/zero of=\(disk.path)/filler bs=4k 2>/dev/null; sync
-            umount \(mnt) || exit 2
-            wait $daemon; echo "exit=$?"
-            """, timeout: 60)
-        #expect(unmounted.standardOutput == "exit=1\n", "\(unmounted)")
-        let words = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-        #expect(words.hasSuffix("Error: unmounted, but the store could not be made durable: the disk holding \(data) is full; every acknowledged "
-                                + "write is kept in the store's files and taken in at the next mount, but one not saved with fsync may be lost if "
-                                + "the machine stops before then\n"), "\(words)")
+        try withSmallDisk { dir, disk, mnt, data in
+            // The daemon's words go off the full disk. Six acknowledged writes, only in the journal.
+            let log = dir.path + "/daemon.log"
+            let unmounted = try shell("""
+                \(kvsfsBinary) mount \(mnt) --data-dir \(data) --remote none 2> \(log) &
+                daemon=$!
+                \(shellWait(until: "mountpoint -q \(mnt)"))
+                for i in 1 2 3 4 5 6; do printf '"%s%s"' $i $(head -c 120000 /dev/zero | tr '\\0' x) > \(mnt)/key$i || exit 1; done
+                dd if=/dev/zero of=\(disk.path)/filler bs=4k 2>/dev/null; sync
+                umount \(mnt) || exit 2
+                wait $daemon; echo "exit=$?"
+                """, timeout: 60)
+            #expect(unmounted.standardOutput == "exit=1\n", "\(unmounted)")
+            let words = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            #expect(words.hasSuffix("Error: unmounted, but the store could not be made durable: the disk holding \(data) is full; every acknowledged "
+                                    + "write is kept in the store's files and taken in at the next mount, but one not saved with fsync may be lost if "
+                                    + "the machine stops before then\n"), "\(words)")
 
-        try disk.free()
-        let daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
-        defer { daemon.stop() }
-        let read = try shell("for i in 1 2 3 4 5 6; do \(kvsfsBinary) get \(mnt)/key$i | wc -c; done")
-        #expect(read.standardOutput == String(repeating: "120002\n", count: 6), "\(read)")
+            try disk.free()
+            let daemon = try DaemonMount(mountpoint: mnt, dataDirectory: data, extraArguments: ["--remote", "none"])
+            defer { daemon.stop() }
+            let read = try shell("for i in 1 2 3 4 5 6; do \(kvsfsBinary) get \(mnt)/key$i | wc -c; done")
+            #expect(read.standardOutput == String(repeating: "120002\n", count: 6), "\(read)")
+        }
     }
 }

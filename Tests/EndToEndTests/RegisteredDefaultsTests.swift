@@ -107,6 +107,15 @@ struct RegisteredDefaultsMountTests {
         }
     }
 
+    /// Shell lines that replace the defaults file at `file`, as an editor saves it, with the
+    /// reload's set: volume changed to 11, font new, theme dropped.
+    private static func reloadedDefaults(into file: String) -> String {
+        """
+        printf '<plist version="1.0"><dict><key>volume</key><integer>11</integer><key>font</key><string>mono</string></dict></plist>' > \(file).new
+        mv \(file).new \(file)
+        """
+    }
+
     @Test("SIGHUP reloads the file: a new default appears, a dropped one goes; a broken file is one log line and the old defaults stay")
     func hangupReloads() throws {
         try withTwoMounts { (a, _, dir, pid) throws in
@@ -114,8 +123,7 @@ struct RegisteredDefaultsMountTests {
             let log = dir.path + "/data-a/default.log"
             let result = try shell("""
                 cat \(a)/theme \(a)/volume > /dev/null; ls \(a) > /dev/null
-                printf '<plist version="1.0"><dict><key>volume</key><integer>11</integer><key>font</key><string>mono</string></dict></plist>' > \(file).new
-                mv \(file).new \(file)
+                \(Self.reloadedDefaults(into: file))
                 kill -HUP \(pid)
                 \(shellWait(until: "test -e \(a)/font"))
                 echo "ls=$(ls \(a) | tr '\\n' ' ')"
@@ -146,8 +154,7 @@ struct RegisteredDefaultsMountTests {
             let result = try shell("""
                 ls \(a) > /dev/null
                 \(shellWatch(a, events: "create,close_write,delete", into: events, seconds: 60))
-                printf '<plist version="1.0"><dict><key>volume</key><integer>11</integer><key>font</key><string>mono</string></dict></plist>' > \(file).new
-                mv \(file).new \(file)
+                \(Self.reloadedDefaults(into: file))
                 kill -HUP \(pid)
                 \(shellWait(until: "grep -q 'DELETE theme' \(events) && grep -q 'CLOSE_WRITE,CLOSE font' \(events) && grep -q 'CLOSE_WRITE,CLOSE volume' \(events)"))
                 kill $watcher; wait
