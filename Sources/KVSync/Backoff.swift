@@ -1,4 +1,5 @@
-/// Exponential backoff with full jitter: waits grow from `initial` to at most `maximum`.
+/// Exponential backoff with equal jitter (half the ceiling fixed, half random): waits grow
+/// from `initial` to at most `maximum`.
 struct Backoff {
     let initial: Duration
     let maximum: Duration
