@@ -18,10 +18,10 @@ extension KeyValueFileSystem {
     /// whose default changed shows the new value. Keys with a value are untouched.
     ///
     /// The directory changes at once, as one. Then each file that appeared, changed or went is
-    /// shown through the applier as a writer's create, write or unlink would be
-    /// (`MountApplier.show`), so that the kernel raises the same
-    /// inotify events as for a value; what it cannot show needs nothing more, as the kernel
-    /// caches nothing a default decides. Called without the namespace lock.
+    /// shown through the applier (`MountApplier.show`) as a writer's create, write or unlink
+    /// would be, so that the kernel raises the same inotify events as for a value; what it
+    /// cannot show needs nothing more, as the kernel caches nothing a default decides. Called
+    /// without the namespace lock.
     public func registerDefaults(_ defaults: RegisteredDefaults) {
         let (changes, added) = state.withLock { ns in
             let now = Date()
