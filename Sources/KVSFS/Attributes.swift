@@ -68,7 +68,7 @@ extension KeyValueFileSystem {
             return []
         case .editorFile(let file):
             return file.content
-        case .removed(let content):
+        case .removed(let content, _):
             return content
         }
     }

@@ -35,7 +35,7 @@ extension KeyValueFileSystem {
                     if node.openWriters > 0 {
                         ns.setKind(node, .placeholder(key))
                     } else {
-                        remove(node, content: content(of: node), in: &ns)
+                        remove(node, content: content(of: node), because: .defaultDropped, in: &ns)
                     }
                     continue
                 }

@@ -133,8 +133,8 @@ extension KeyValueFileSystem {
         if case .editorFile(let file) = node.kind { try deleteHiddenKey(of: file, heldBy: node, in: &ns) }
     }
 
-    func remove(_ node: Node, content: [UInt8], in ns: inout Namespace) {
-        ns.setKind(node, .removed(content))
+    func remove(_ node: Node, content: [UInt8], because removal: Node.Removal = .unlinked, in ns: inout Namespace) {
+        ns.setKind(node, .removed(content, because: removal))
         if ns.names[node.name] === node { ns.names[node.name] = nil }
         ns.directoryModifiedAt = Date()
         ns.dropIfUnused(node)

@@ -15,8 +15,19 @@ final class Node {
         case registeredDefault(String, RegisteredDefaults.Value)
         /// An editor's or tool's scratch file, kept in memory only.
         case editorFile(EditorFile)
-        /// Unlinked; open handles still read what it held.
-        case removed([UInt8])
+        /// Unlinked; open handles still read what it held, and the name is gone `because`.
+        case removed([UInt8], because: Removal)
+    }
+
+    /// Why a file left the directory.
+    enum Removal {
+        /// A program unlinked it or renamed another file over it, or a change from elsewhere
+        /// removed its key: as on any file system, it may still be opened through a handle
+        /// (/proc/self/fd/N).
+        case unlinked
+        /// A reload dropped the default it showed: no program removed it, so a writer that
+        /// looked its name up just before is told to look again (`removedSinceLookup`).
+        case defaultDropped
     }
 
     let inode: InodeNumber

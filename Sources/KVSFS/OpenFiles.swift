@@ -13,10 +13,11 @@ extension KeyValueFileSystem {
         try state.withLock { ns in
             if inode == .root { throw Errno.isDirectory }
             let node = try existingNode(inode, in: ns)
-            // Gone since the kernel looked its name up (removed by the mount, as a default a
-            // reload dropped, or unlinked): what is written to it would reach no key, so the
-            // kernel looks again, and opens or creates what the name is now.
-            if case .removed = node.kind { throw FileSystemError.removedSinceLookup }
+            // A default a reload dropped since the kernel looked its name up: no program removed
+            // it, and what a writer wrote to it would reach no key, so the kernel looks again
+            // and opens or creates what the name is now. A file a program unlinked opens as on
+            // any file system (/proc/self/fd/N), and a reader still reads what it showed.
+            if flags.isWritable, case .removed(_, .defaultDropped) = node.kind { throw FileSystemError.removedSinceLookup }
             if flags.isWritable { try checkMayChange(context) }
             if flags.isWritable, node.key != nil { try checkWritable(context) }
             let shown = shownChange(in: context)

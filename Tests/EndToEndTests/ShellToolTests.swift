@@ -110,6 +110,22 @@ struct ShellToolTests {
         }
     }
 
+    @Test("a file unlinked or renamed over while a descriptor holds it opens again through /proc/self/fd, as on any file system")
+    func reopenThroughProc() throws {
+        try withDaemon { (m, _) throws in
+            let result = try shell("""
+                cd \(m.mountpoint)
+                echo hello > u1; exec 3<u1; rm u1; cat /proc/self/fd/3 || echo "read=$?"
+                echo hello > u2; exec 4<>u2; rm u2; echo w > /proc/self/fd/4; echo "write=$?"
+                echo one > r1; exec 5<r1; echo two > t; mv t r1; cat /proc/self/fd/5 || echo "renamed=$?"
+                """)
+            let out = result.standardOutput
+            #expect(out.contains("<string>hello</string>") && out.contains("write=0\n") && out.contains("<string>one</string>"), "\(result)")
+            #expect(!out.contains("read=") && !out.contains("renamed="), "\(result)")
+            #expect(result.standardError.isEmpty, "\(result)")
+        }
+    }
+
     @Test("sed -i edits a key in place and leaves no temporary file")
     func sedInPlace() throws {
         try withDaemon { (m, _) throws in

@@ -9,8 +9,8 @@ struct NamespaceTests {
     func forgetsWhileLocked() {
         let guarded = GuardedNamespace(Namespace(now: Date()))
         let (first, second) = guarded.withLock { ns -> (InodeNumber, InodeNumber) in
-            let nodes = (ns.addNode(name: "a", kind: .removed([]), modifiedAt: Date()),
-                         ns.addNode(name: "b", kind: .removed([]), modifiedAt: Date()))
+            let nodes = (ns.addNode(name: "a", kind: .removed([], because: .unlinked), modifiedAt: Date()),
+                         ns.addNode(name: "b", kind: .removed([], because: .unlinked), modifiedAt: Date()))
             nodes.0.lookups = 2
             nodes.1.lookups = 1
             // The lock is held here, as by a request being served: the FORGET is queued.

@@ -133,6 +133,9 @@ struct RegisteredDefaultsTests {
         let looked = try #require(try h.inode("a"))
         h.fs.registerDefaults(RegisteredDefaults())
         #expect(errnoOf(h.fs) { _ = try h.fs.open(inode: looked, flags: OpenFlags(rawValue: O_WRONLY | O_TRUNC), context: h.context) } == ESTALE)
+        // A reader still reads what the file showed.
+        let reader = try h.fs.open(inode: looked, flags: OpenFlags(rawValue: O_RDONLY), context: h.context)
+        h.fs.release(inode: looked, handle: reader.handle)
         // The kernel's second look finds no file, and O_CREAT makes one that takes the value.
         try h.writeFile("a", "<integer>2</integer>")
         #expect(try h.value("a") == .integer(2))
