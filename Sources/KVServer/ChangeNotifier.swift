@@ -18,6 +18,10 @@ public final class ChangeNotifier: Sendable {
         /// Raised by `notifyAll`: part of every store's version.
         var epoch: UInt64 = 0
         var waiters: [String: [UUID: CheckedContinuation<Void, Never>]] = [:]
+        /// How many `waiters` there are, over all stores.
+        var waitingCount = 0
+        /// One entry per wait, and those of waits already ended until they come up or the
+        /// heap is compacted: at most twice the waits, plus `compactionFloor`.
         var deadlines = WaitDeadlines<UUID>()
         /// The task sleeping until `timerTarget`, which ends the waits due by then.
         var timer: Task<Void, Never>?
@@ -27,6 +31,8 @@ public final class ChangeNotifier: Sendable {
 
     /// How late past its timeout a wait may end, so that deadlines close together share a wake.
     public static let slack = Duration.milliseconds(50)
+    /// Entries of ended waits the heap may keep beyond the live ones before it is compacted.
+    static let compactionFloor = 1024
 
     private let state = Mutex(State())
     /// The time since the notifier was made, on the clock that times the waits.
@@ -48,6 +54,7 @@ public final class ChangeNotifier: Sendable {
             state.timer = nil
             state.timerTarget = nil
             state.deadlines.removeAll()
+            state.waitingCount = 0
             defer { state.waiters = [:] }
             return state.waiters.values.flatMap(\.values)
         }
@@ -57,7 +64,10 @@ public final class ChangeNotifier: Sendable {
     public var isClosed: Bool { state.withLock { $0.closed } }
 
     /// How many requests are waiting, over all stores.
-    public var waiting: Int { state.withLock { $0.waiters.values.reduce(0) { $0 + $1.count } } }
+    public var waiting: Int { state.withLock { $0.waitingCount } }
+
+    /// How many deadlines the timer keeps, those of ended waits included.
+    public var keptDeadlines: Int { state.withLock { $0.deadlines.count } }
 
     public func version(of store: String) -> UInt64 {
         state.withLock { $0.versions[store, default: 0] &+ $0.epoch }
@@ -66,7 +76,9 @@ public final class ChangeNotifier: Sendable {
     public func notify(_ store: String) {
         let woken = state.withLock { state in
             state.versions[store, default: 0] &+= 1
-            return state.waiters.removeValue(forKey: store) ?? [:]
+            let woken = state.waiters.removeValue(forKey: store) ?? [:]
+            state.waitingCount -= woken.count
+            return woken
         }
         for continuation in woken.values { continuation.resume() }
     }
@@ -75,6 +87,7 @@ public final class ChangeNotifier: Sendable {
     public func notifyAll() {
         let woken = state.withLock { state in
             state.epoch &+= 1
+            state.waitingCount = 0
             defer { state.waiters = [:] }
             return state.waiters.values.flatMap(\.values)
         }
@@ -91,7 +104,12 @@ public final class ChangeNotifier: Sendable {
                 let waits = state.withLock { state in
                     guard !state.closed, state.versions[store, default: 0] &+ state.epoch == version else { return false }
                     state.waiters[store, default: [:]][id] = continuation
+                    state.waitingCount += 1
                     state.deadlines.insert(.init(deadline: deadline, store: store, id: id))
+                    if state.deadlines.count > 2 * state.waitingCount + Self.compactionFloor {
+                        let waiters = state.waiters
+                        state.deadlines.keep { waiters[$0.store]?[$0.id] != nil }
+                    }
                     arm(at: deadline, in: &state)
                     return true
                 }
@@ -134,6 +152,7 @@ public final class ChangeNotifier: Sendable {
             let due = state.deadlines.popExpired(at: now).compactMap { entry in
                 state.waiters[entry.store]?.removeValue(forKey: entry.id)
             }
+            state.waitingCount -= due.count
             if let soonest = state.deadlines.soonest { arm(at: max(soonest, now + Self.slack), in: &state) }
             return due
         }
@@ -141,7 +160,11 @@ public final class ChangeNotifier: Sendable {
     }
 
     private func resume(_ store: String, _ id: UUID) {
-        let continuation = state.withLock { $0.waiters[store]?.removeValue(forKey: id) }
+        let continuation = state.withLock { state in
+            let continuation = state.waiters[store]?.removeValue(forKey: id)
+            if continuation != nil { state.waitingCount -= 1 }
+            return continuation
+        }
         continuation?.resume()
     }
 }

@@ -1,6 +1,6 @@
 /// The deadlines of the long polls' waits, soonest first: a binary heap of (deadline, store,
 /// waiter). A wait that ends before its deadline leaves its entry behind, to be dropped when it
-/// comes up: entries live at most as long as their deadline, and cost no timer each.
+/// comes up or when the heap is compacted (`keep`): entries cost no timer each.
 struct WaitDeadlines<ID: Hashable> {
     struct Entry {
         let deadline: Duration
@@ -12,6 +12,7 @@ struct WaitDeadlines<ID: Hashable> {
 
     var soonest: Duration? { heap.first?.deadline }
     var isEmpty: Bool { heap.isEmpty }
+    var count: Int { heap.count }
 
     mutating func insert(_ entry: Entry) {
         heap.append(entry)
@@ -46,4 +47,10 @@ struct WaitDeadlines<ID: Hashable> {
     }
 
     mutating func removeAll() { heap = [] }
+
+    /// Keeps only the entries `isLive` says still wait, in a heap of their own size: a sorted
+    /// array is a heap.
+    mutating func keep(where isLive: (Entry) -> Bool) {
+        heap = heap.filter(isLive).sorted { $0.deadline < $1.deadline }
+    }
 }

@@ -104,4 +104,19 @@ struct ChangeNotifierTests {
         #expect(clock.now.offset <= .seconds(10) + .milliseconds(99) + ChangeNotifier.slack)
         #expect(ended <= 4, "deadlines within the slack share a wake: \(ended) wakes")
     }
+
+    @Test("waits woken before their deadline do not pile up in the timer: what it keeps stays bounded by the waits")
+    func wokenWaitsDoNotPileUp() async throws {
+        let clock = ManualClock()
+        let notifier = ChangeNotifier(clock: clock)
+        for _ in 0..<5_000 {
+            let seen = notifier.version(of: "hot.default")
+            let waiter = Waiter { await notifier.wait(for: "hot.default", since: seen, timeout: .seconds(10)) }
+            while notifier.waiting == 0 { await Task.yield() }
+            notifier.notify("hot.default")
+            await waiter.ended()
+        }
+        #expect(notifier.waiting == 0)
+        #expect(notifier.keptDeadlines <= 2 * 1 + 1024, "kept \(notifier.keptDeadlines) deadlines of 5,000 woken waits")
+    }
 }
