@@ -1,56 +1,39 @@
-/// The deadlines of the long polls' waits, soonest first: a binary heap of (deadline, store,
-/// waiter). A wait that ends before its deadline leaves its entry behind, to be dropped when it
-/// comes up or when the heap is compacted (`keep`): entries cost no timer each.
+import HeapModule
+
+/// The deadlines of the long polls' waits, soonest first (swift-collections' `Heap`). A wait
+/// that ends before its deadline leaves its entry behind, to be dropped when it comes up or
+/// when the heap is compacted (`keep`): entries cost no timer each.
 struct WaitDeadlines<ID: Hashable> {
-    struct Entry {
+    struct Entry: Comparable {
         let deadline: Duration
         let store: String
         let id: ID
+
+        static func < (left: Entry, right: Entry) -> Bool { left.deadline < right.deadline }
     }
 
-    private var heap: [Entry] = []
+    private var heap = Heap<Entry>()
 
-    var soonest: Duration? { heap.first?.deadline }
-    var isEmpty: Bool { heap.isEmpty }
+    var soonest: Duration? { heap.min?.deadline }
     var count: Int { heap.count }
 
     mutating func insert(_ entry: Entry) {
-        heap.append(entry)
-        var child = heap.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].deadline < heap[parent].deadline else { break }
-            heap.swapAt(child, parent)
-            child = parent
-        }
+        heap.insert(entry)
     }
 
     /// Removes and returns every entry whose deadline is at or before `now`.
     mutating func popExpired(at now: Duration) -> [Entry] {
         var expired: [Entry] = []
-        while let first = heap.first, first.deadline <= now {
-            expired.append(first)
-            heap.swapAt(0, heap.count - 1)
-            heap.removeLast()
-            var parent = 0
-            while true {
-                let left = 2 * parent + 1, right = left + 1
-                var smallest = parent
-                if left < heap.count, heap[left].deadline < heap[smallest].deadline { smallest = left }
-                if right < heap.count, heap[right].deadline < heap[smallest].deadline { smallest = right }
-                guard smallest != parent else { break }
-                heap.swapAt(parent, smallest)
-                parent = smallest
-            }
+        while let first = heap.min, first.deadline <= now {
+            expired.append(heap.removeMin())
         }
         return expired
     }
 
-    mutating func removeAll() { heap = [] }
+    mutating func removeAll() { heap = Heap() }
 
-    /// Keeps only the entries `isLive` says still wait, in a heap of their own size: a sorted
-    /// array is a heap.
+    /// Keeps only the entries `isLive` says still wait, in a heap of their own size.
     mutating func keep(where isLive: (Entry) -> Bool) {
-        heap = heap.filter(isLive).sorted { $0.deadline < $1.deadline }
+        heap = Heap(heap.unordered.filter(isLive))
     }
 }
