@@ -72,7 +72,8 @@ public enum ErrnoMapping {
         switch error {
         case let error as StoreError:
             switch error {
-            case .invalidPropertyList, .emptyKey, .invalidKey, .invalidStamp, .invalidDeviceName, .invalidStoreName: return EINVAL
+            case .invalidPropertyList, .emptyKey, .invalidKey, .invalidStamp, .invalidDeviceName, .invalidStoreName,
+                 .invalidSchema, .schemaViolation: return EINVAL
             case .readOnly: return EROFS
             case .conflictChanged: return EAGAIN
             case .valueTooLarge: return EFBIG

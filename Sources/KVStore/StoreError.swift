@@ -33,6 +33,10 @@ public enum StoreError: Error, Equatable, Sendable {
     /// A key's conflict is no longer the one a request named (a later change settled or
     /// replaced it).
     case conflictChanged(String)
+    /// A store schema that cannot be taken: malformed, or past a bound (`SchemaLimits`).
+    case invalidSchema(String)
+    /// A value that breaks its key's rule in the store's schema.
+    case schemaViolation(SchemaViolation)
 }
 
 extension StoreError: CustomStringConvertible {
@@ -55,6 +59,8 @@ extension StoreError: CustomStringConvertible {
         case .diskFull(let directory, .userQuota): "the disk quota on the file system of \(directory) is spent"
         case .readOnly(let reason): "the store is read-only here: \(reason)"
         case .conflictChanged(let key): "the conflict of \(key.debugDescription) is not the one named: it changed since it was read"
+        case .invalidSchema(let reason): "invalid schema: \(reason)"
+        case .schemaViolation(let violation): violation.description
         }
     }
 }

@@ -1,6 +1,6 @@
 /// The parsers kvsfs-fuzz can drive; each checks its own invariants and traps when one fails.
 enum FuzzTarget: String, CaseIterable {
-    case plist, keyname, journal, request, events, json, prefix
+    case plist, keyname, journal, request, events, json, prefix, schema
 
     /// Chosen once in main.swift, before libFuzzer calls `run` for the first time.
     nonisolated(unsafe) static var selected = FuzzTarget.plist
@@ -14,6 +14,7 @@ enum FuzzTarget: String, CaseIterable {
         case .events: EventLogFuzzing.run(bytes)
         case .json: JSONFuzzing.run(bytes)
         case .prefix: ValuePrefixFuzzing.run(bytes)
+        case .schema: SchemaFuzzing.run(bytes)
         }
     }
 }
