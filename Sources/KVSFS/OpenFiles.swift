@@ -108,7 +108,13 @@ extension KeyValueFileSystem {
                 buffer.withUnsafeMutableBytes { target in
                     target.baseAddress!.advanced(by: offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
                 }
-                if file.shown == nil, file.node.key != nil { try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end) }
+                if file.shown == nil, let key = file.node.key {
+                    try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end)
+                    // Bytes past this write's end (an older value rewritten in place) may yet be cut.
+                    if end == buffer.count, let violation = store.schema.settledViolation(ofWritten: buffer, forKey: key) {
+                        throw StoreError.schemaViolation(violation)
+                    }
+                }
             } catch {
                 file.state.refusedWrite(buffer, reason: error)
                 if let key = file.node.key { tell(refusalOf: key, error) }

@@ -40,6 +40,8 @@ public final class KeyValueStore: Sendable {
         /// database holds them: every write of a setting goes through the store, which holds
         /// its database alone. A round of sync reads its position twice.
         var settings: [String: String?] = [:]
+        /// The store's schema as sync last fetched it: what every local write is checked against.
+        var schema: HeldSchema
         var usage: QuotaUsage { values.usage }
     }
 
@@ -106,7 +108,8 @@ public final class KeyValueStore: Sendable {
                     lastSequence: records.map(\.sequence).max() ?? 0,
                     clock: clock,
                     journal: journal,
-                    quarantine: quarantine)
+                    quarantine: quarantine,
+                    schema: try Self.loadSchema(db))
                 state.sync.conflicts = try Self.loadConflicts(db)
                 state.sync.unsentLosses = try Self.loadUnsentLosses(db)
                 return (state, device)
@@ -190,6 +193,7 @@ public final class KeyValueStore: Sendable {
             switch change {
             case .put(let key, let value):
                 staged[key] = .some(try ledger.checkedEntry(key, value, modifiedAt: unstamped))
+                try state.schema.rules?.check(key: key, value: value)
             case .delete(let key):
                 guard current(key) != nil else { throw .noSuchKey(key) }
                 staged[key] = .some(nil)
@@ -197,6 +201,7 @@ public final class KeyValueStore: Sendable {
                 guard let moving = current(source) else { throw .noSuchKey(source) }
                 guard source != destination else { continue }
                 try ledger.checkKeyName(destination)
+                try state.schema.check(key: destination, xml: moving.xml)
                 staged[source] = .some(nil)
                 staged[destination] = .some(Entry(key: destination, xml: moving.xml, type: moving.type, modifiedAt: unstamped))
             }

@@ -140,7 +140,7 @@ extension KeyValueStore {
     /// pending a push, stamped after both the key's latest change and the winner, and replacing
     /// the winner, which the mount has seen: the remote takes it as sequential and settles the
     /// conflict everywhere (`ConflictRule`). A new change even when the key shows that value
-    /// already. Checked against the quotas as any write. Returns the key's entry before and
+    /// already. Checked against the quotas and the schema as any write. Returns the key's entry before and
     /// after.
     public func settle(_ conflict: KeyConflict, keeping side: KeptChange) throws(StoreError) -> (before: Entry?, after: Entry?) {
         if let reason = readOnlyReason.withLock({ $0 }) { throw .readOnly(reason) }
@@ -150,6 +150,7 @@ extension KeyValueStore {
             let value = try PropertyListCodec.decode([UInt8](xml))
             guard value.type == side.type else { throw .invalidPropertyList("the kept change is not a value of its type") }
             entry = try QuotaLedger(limits: limits).checkedEntry(key, value, modifiedAt: Date(timeIntervalSince1970: 0))
+            try schema.rules?.check(key: key, value: value)
         }
         let settled = try state.withLock { (state: inout State) throws(StoreError) -> (before: Entry?, after: Entry?) in
             guard state.sync.conflicts[key] == conflict else { throw .conflictChanged(key) }

@@ -40,18 +40,19 @@ public struct PreparedImport: Sendable {
 
 extension KeyValueStore {
     /// Checks and encodes `values` for `importValues`, without holding the store: each key
-    /// name and value against the store's rules, and first (cheaply, before any value is
-    /// encoded) whether the keys can fit the key quota at all. Refused naming a key, as
-    /// `importValues` says.
+    /// name and value against the store's rules (the quotas and the schema), and first
+    /// (cheaply, before any value is encoded) whether the keys can fit the key quota at all.
+    /// Refused naming a key, as `importValues` says.
     public func prepareImport(_ values: [String: PropertyListValue], replacing: Bool) throws(ImportRefusal) -> PreparedImport {
         let keys = values.keys.sorted()
         if let refusal = state.withLock({ firstKeyOverKeyQuota(keys, replacing: replacing, in: $0) }) { throw refusal }
-        let ledger = self.ledger
+        let (ledger, rules) = state.withLock { (QuotaLedger(limits: $0.limits), $0.schema.rules) }
         let unstamped = Date(timeIntervalSince1970: 0)  // each gets its stamp's time when committed
         var entries = [String: Entry](minimumCapacity: keys.count)
         for key in keys {
             do throws(StoreError) {
                 entries[key] = try ledger.checkedEntry(key, values[key]!, modifiedAt: unstamped)
+                try rules?.check(key: key, value: values[key]!)
             } catch {
                 throw ImportRefusal(key: key, reason: error)
             }

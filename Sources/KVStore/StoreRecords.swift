@@ -150,6 +150,16 @@ enum StoreSchema {
                 t.column("told", .integer).notNull()
             }
         }
+        migrator.registerMigration("v8 the store's schema as the remote gave it") { db in
+            // One row at most (HeldSchema): the remote's version and the property list as set.
+            try db.execute(sql: """
+                CREATE TABLE keySchema (
+                    one INTEGER PRIMARY KEY CHECK (one = 1),
+                    version INTEGER NOT NULL CHECK (version >= 0),
+                    text BLOB
+                )
+                """)
+        }
         return migrator
     }
 

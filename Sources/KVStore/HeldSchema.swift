@@ -1,0 +1,133 @@
+import Foundation
+import GRDB
+
+/// The store's schema as this device holds it: the remote's, as sync last fetched it, kept
+/// across restarts. Every local write is checked against its rules before anything is
+/// committed; values the store held before it came stay (`violations` lists them).
+public struct HeldSchema: Sendable {
+    /// The remote's version of it; 0 while the store never had one.
+    public let version: Int64
+    /// The property list as it was set; nil when the store has no schema.
+    public let text: [UInt8]?
+    /// What is checked: the rules read from `text`. Nil when there is no schema, or when this
+    /// kvsfs cannot read the one the remote gave (`unreadable` says why): the remote still
+    /// judges every push against it.
+    public let rules: KeySchema?
+    public let unreadable: String?
+
+    public static let none = HeldSchema(version: 0, text: nil)
+
+    /// The schema the remote gives at `version`, read here; text this kvsfs cannot read is
+    /// held as unreadable rather than refused: it is the remote's, and the remote enforces it.
+    public init(version: Int64, text: [UInt8]?) {
+        self.version = version
+        self.text = text
+        guard let text else {
+            (rules, unreadable) = (nil, nil)
+            return
+        }
+        do {
+            (rules, unreadable) = (try KeySchema(decoding: text), nil)
+        } catch {
+            (rules, unreadable) = (nil, error.description)
+        }
+    }
+
+    /// Refuses `xml` (a value as the store keeps it) as `key`'s value if it breaks the rules;
+    /// decodes it only when a rule could say so.
+    func check(key: String, xml: [UInt8]) throws(StoreError) {
+        guard let rules, rules.judges(key) else { return }
+        try rules.check(key: key, value: try PropertyListCodec.decode(xml))
+    }
+}
+
+extension KeySchema {
+    /// Whether some rule has a say over `key`'s value.
+    func judges(_ key: String) -> Bool {
+        !otherKeys || !rules(for: key).isEmpty
+    }
+}
+
+extension KeyValueStore {
+    /// The schema this store holds.
+    public var schema: HeldSchema { state.withLock { $0.schema } }
+
+    /// Takes the remote's schema at `version` (nil text: the store has none), keeping it
+    /// across restarts. Values already held that break it stay. Returns what is held now.
+    @discardableResult
+    public func takeSchema(version: Int64, text: [UInt8]?) throws(StoreError) -> HeldSchema {
+        guard version >= 0 else { throw .invalidSchema("the remote gave the version \(version), below 0") }
+        if let text, text.count > SchemaLimits.bytes {
+            throw .invalidSchema("the remote gave a schema of \(text.count) bytes; a schema is at most \(SchemaLimits.bytes)")
+        }
+        let held = HeldSchema(version: version, text: text)
+        try state.withLock { (state: inout State) throws(StoreError) in
+            try write(&state) { db in
+                try db.execute(sql: "INSERT OR REPLACE INTO keySchema (one, version, text) VALUES (1, ?, ?)",
+                               arguments: [version, text.map { Data($0) }])
+            }
+            state.schema = held
+        }
+        return held
+    }
+
+    /// Every held value that breaks `schema` (the held one when nil), by key.
+    public func violations(of schema: KeySchema? = nil) -> [SchemaViolation] {
+        let (entries, held) = state.withLock { ($0.values.entries, $0.schema.rules) }
+        guard let rules = schema ?? held else { return [] }
+        var found = [SchemaViolation]()
+        for key in entries.keys.sorted() where rules.judges(key) {
+            guard let entry = entries[key] else { continue }
+            do {
+                try rules.check(key: key, value: try PropertyListCodec.decode(entry.xml))
+            } catch .schemaViolation(let violation) {
+                found.append(violation)
+            } catch {
+                // A held value is one the store once decoded: not a schema's to judge otherwise.
+                continue
+            }
+        }
+        return found
+    }
+
+    static func loadSchema(_ db: Database) throws -> HeldSchema {
+        guard let row = try Row.fetchOne(db, sql: "SELECT version, text FROM keySchema WHERE one = 1") else { return .none }
+        let text: Data? = row["text"]
+        return HeldSchema(version: row["version"], text: text.map { [UInt8]($0) })
+    }
+}
+
+extension HeldSchema {
+    /// The most bytes `settledViolation` decodes at each write(): past it, a value written in
+    /// many pieces would be decoded again at every piece, and the commit decides alone.
+    public static let writtenBytesJudged = 65_536
+
+    /// A rule that the bytes written so far as `key`'s value break whatever follows them, so
+    /// that the write() that makes it so fails (a shell hears a failed write(), never a failed
+    /// close()). Nil when they break none, or when what follows could still mend it; the
+    /// commit judges the whole value in any case.
+    ///
+    /// Settled: a whole document that opens with `<`, `"`, `{`, `[` or `(` (what may follow it
+    /// is whitespace alone), for any rule; unquoted text, which stays a string whatever
+    /// follows, for its type. A binary property list is judged at the commit: its trailer
+    /// comes last.
+    public func settledViolation(ofWritten bytes: [UInt8], forKey key: String) -> SchemaViolation? {
+        guard let rules, rules.judges(key), bytes.count <= Self.writtenBytesJudged else { return nil }
+        guard let first = bytes.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D }),
+              !bytes.starts(with: Array("bplist".utf8)) else { return nil }
+        let value: PropertyListValue
+        do {
+            value = try PropertyListCodec.decode(bytes)
+        } catch {
+            // Not a whole value yet (or not one at all, which the prefix check and the commit
+            // say): nothing for the schema to judge.
+            return nil
+        }
+        guard let violation = rules.violation(key: key, value: value) else { return nil }
+        if Array("<\"{[(".utf8).contains(first) { return violation }
+        switch violation.breach.part {
+        case .type, .otherKey: return violation
+        default: return nil
+        }
+    }
+}
