@@ -165,9 +165,26 @@ extension KeyValueFileSystem {
             case Self.conflictAttribute:
                 guard let conflict = store.conflict(forKey: key) else { throw FileSystemError.noSuchAttribute }
                 return Array(conflict.summary(names: try store.deviceNames(of: conflict.devices)).utf8)
+            case Self.schemaAttribute:
+                guard let words = store.schema.rules?.describe(key) else { throw FileSystemError.noSuchAttribute }
+                return Self.attributeValue(words)
             default: throw FileSystemError.noSuchAttribute
             }
         }
+    }
+
+    /// `text` as an attribute's value: cut, at a character, to the kernel's 64 KiB.
+    static func attributeValue(_ text: String) -> [UInt8] {
+        let limit = MountStatus.maximumJSONBytes
+        guard text.utf8.count > limit else { return Array(text.utf8) }
+        var cut = String.UnicodeScalarView()
+        var bytes = 0
+        for scalar in text.unicodeScalars {
+            bytes += String(scalar).utf8.count
+            guard bytes <= limit - 3 else { break }
+            cut.append(scalar)
+        }
+        return Array((String(cut) + "…").utf8)
     }
 
     public func listxattr(inode: InodeNumber) throws -> [String] {
@@ -181,7 +198,8 @@ extension KeyValueFileSystem {
             }
             var names = sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
             if store.conflict(forKey: key) != nil { names.insert(Self.conflictAttribute, at: 0) }
-            return names
+            if store.schema.rules?.describe(key) != nil { names.append(Self.schemaAttribute) }
+            return names.sorted()
         }
     }
 

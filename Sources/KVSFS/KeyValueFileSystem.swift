@@ -21,6 +21,10 @@ public final class KeyValueFileSystem: FuseFileSystem {
     /// in one line (`KeyConflict.summary`). There only while the conflict is open.
     public static let conflictAttribute = "user.kvsfs.conflict"
 
+    /// The extended attribute of a key that the store's schema has a rule for: the rule and
+    /// its description, in words (`KeySchema.describe`).
+    public static let schemaAttribute = "user.kvsfs.schema"
+
     public let store: KeyValueStore
     public let configuration: MountConfiguration
     let logger: Logger

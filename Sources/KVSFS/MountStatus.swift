@@ -45,6 +45,10 @@ public struct MountStatus: Sendable, Equatable, Codable {
     /// The per-value limit and the key-name limit, in bytes.
     public var valueLimit: Int
     public var keyNameLimit: Int
+    /// The version of the store's schema the mount holds (0: none), and how many of its keys
+    /// hold values that break it (set before it came: `kvsfs schema check` lists them).
+    public var schemaVersion: Int64
+    public var nonConforming: Int
     /// The event log and the cursor of its last event (0 before the first); nil without a remote.
     @Nullable public var eventLog: String?
     @Nullable public var eventCursor: Int64?
@@ -82,6 +86,8 @@ public struct MountStatus: Sendable, Equatable, Codable {
         keyNameLimit = limits.keyNameBytes
         eventLog = sync?.eventLog
         eventCursor = sync?.eventCursor
+        schemaVersion = store.schema.version
+        nonConforming = store.violationCount
     }
 
     /// The root's extended attributes that show this status (`user.kvsfs.remote` and
@@ -96,6 +102,8 @@ public struct MountStatus: Sendable, Equatable, Codable {
             "user.kvsfs.keys": "\(keys.used)/\(keys.quota)",
             "user.kvsfs.value-limit": String(valueLimit),
             "user.kvsfs.key-name-limit": String(keyNameLimit),
+            "user.kvsfs.schema-version": String(schemaVersion),
+            "user.kvsfs.nonconforming": String(nonConforming),
             "user.kvsfs.status": try json(),
         ]
         attributes["user.kvsfs.store"] = store
@@ -126,8 +134,8 @@ public struct MountStatus: Sendable, Equatable, Codable {
         } catch {
             throw .unreadable(Self.reason(error))
         }
-        let counts = [pending, conflicts, conflictBytes, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit]
-        guard counts.allSatisfy({ $0 >= 0 }), (eventCursor ?? 0) >= 0 else { throw .unreadable("a count is negative") }
+        let counts = [pending, conflicts, conflictBytes, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit, nonConforming]
+        guard counts.allSatisfy({ $0 >= 0 }), (eventCursor ?? 0) >= 0, schemaVersion >= 0 else { throw .unreadable("a count is negative") }
         guard (reachable == .offline) == (offlineReason != nil) else { throw .unreadable("an offline reason goes with offline only") }
     }
 

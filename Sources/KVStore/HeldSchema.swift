@@ -131,3 +131,25 @@ extension HeldSchema {
         }
     }
 }
+
+/// A count of held values that break the held schema, at the store's revision and the
+/// schema's version it was made at.
+struct ViolationTally {
+    let revision: UInt64
+    let version: Int64
+    let count: Int
+}
+
+extension KeyValueStore {
+    /// How many held values break the held schema (`kvsfs status`): counted again only once a
+    /// value or the schema changed since the last count.
+    public var violationCount: Int {
+        let (revision, version) = state.withLock { ($0.revision, $0.schema.version) }
+        if let tally = violationTally.withLock({ $0 }), tally.revision == revision, tally.version == version { return tally.count }
+        // Counted from a state at least as new as the tag: a change meanwhile moves the
+        // revision past the tag, and the next call counts again.
+        let count = violations().count
+        violationTally.withLock { $0 = ViolationTally(revision: revision, version: version, count: count) }
+        return count
+    }
+}

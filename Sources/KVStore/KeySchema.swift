@@ -254,3 +254,17 @@ private struct SchemaReader {
         return count
     }
 }
+
+extension KeySchema {
+    /// What the schema says of `key`, in words: its rule, or each matching pattern's (one
+    /// per line, after the pattern), each with its description; nil when no rule names it and
+    /// other keys are taken.
+    public func describe(_ key: String) -> String? {
+        if let rule = keys[key] { return rule.summary }
+        let matching = patterns.filter { $0.pattern.matches(key) }
+        if matching.isEmpty {
+            return otherKeys ? nil : "no rule names this key, and the schema takes no key it does not name"
+        }
+        return matching.map { "pattern \($0.pattern.source): \($0.rule.summary)" }.joined(separator: "\n")
+    }
+}

@@ -58,6 +58,9 @@ public final class KeyValueStore: Sendable {
     let readOnlyReason = Mutex<String?>(nil)
     /// What the data directory's disk last said it had free, and when (`checkRoom`).
     let roomSeen = Mutex<DiskRoom.Seen?>(nil)
+    /// The last count of held values that break the held schema, and what it counted
+    /// (`violationCount`).
+    let violationTally = Mutex<ViolationTally?>(nil)
     /// The id this store's changes carry in their stamps.
     public let deviceID: String
 

@@ -258,3 +258,31 @@ extension PropertyListValue {
         }
     }
 }
+
+extension SchemaRule {
+    /// The rule in one line, as the schema spells its parts ("type integer, minimum 1,
+    /// maximum 65535, default 8080"), then its description on a line of its own.
+    public var summary: String {
+        let description = self.description.map { "\n" + $0 } ?? ""
+        return parts.joined(separator: ", ") + description
+    }
+
+    private var parts: [String] {
+        var parts = [String]()
+        if let type { parts.append("type \(type.rawValue)") }
+        if let minimum { parts.append("minimum \(minimum)") }
+        if let maximum { parts.append("maximum \(maximum)") }
+        if let minimumLength { parts.append("minLength \(minimumLength)") }
+        if let maximumLength { parts.append("maxLength \(maximumLength)") }
+        if let choices { parts.append("choices " + choices.map(\.schemaWords).joined(separator: " | ")) }
+        if let pattern { parts.append("pattern \(pattern.source.debugDescription)") }
+        if !required.isEmpty { parts.append("required " + required.map(\.debugDescription).joined(separator: " ")) }
+        for name in members.keys.sorted() {
+            parts.append("member \(name.debugDescription) (\(members[name]!.parts.joined(separator: ", ")))")
+        }
+        if !otherMembers { parts.append("otherMembers false") }
+        if let items { parts.append("items (\(items.parts.joined(separator: ", ")))") }
+        if let defaultValue { parts.append("default \(defaultValue.schemaWords)") }
+        return parts.isEmpty ? ["any value"] : parts
+    }
+}

@@ -9,7 +9,7 @@ struct Status: ParsableCommand {
         discussion: """
             Prints one fact a line: the store, its data directory and database, the remote and whether the last round \
             with it succeeded, when a sync last succeeded, the pending changes, the open conflicts, bytes and keys used of \
-            their quotas, the per-value and key-name limits, and the event log with its last cursor. With --json, the same facts as one JSON \
+            their quotas, the per-value and key-name limits, the store's schema with how many keys do not conform to it, and the event log with its last cursor. With --json, the same facts as one JSON \
             object whose fields kvsfs(1) lists. The mount's root holds them as extended attributes too (getfattr -d).
             """)
 
@@ -49,6 +49,8 @@ struct Status: ParsableCommand {
             ("keys", "\(status.keys.used) of \(status.keys.quota) used"),
             ("value limit", "\(status.valueLimit) bytes"),
             ("key-name limit", "\(status.keyNameLimit) bytes"),
+            ("schema", status.schemaVersion == 0 ? "none"
+                : "version \(status.schemaVersion), \(status.nonConforming) key\(status.nonConforming == 1 ? "" : "s") not conforming"),
             ("event log", status.eventLog.map { path in "\(path) (last cursor \(status.eventCursor ?? 0))" } ?? "none"),
         ]
         let width = facts.map(\.0.count).max() ?? 0

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import FuseKit
 import KVStore
 
 struct Get: ParsableCommand {
@@ -16,8 +17,20 @@ struct Get: ParsableCommand {
     @Flag(help: "Print the value (or the member) as JSON, as `plutil -convert json` does (a date or data value has no JSON form).")
     var json = false
 
+    @Flag(help: "Print what the store's schema says of the key instead: its rule and description (user.kvsfs.schema).")
+    var describe = false
+
+    func validate() throws {
+        if describe, json || keyPath != nil { throw ValidationError("--describe prints the key's rule: give it with the key's path alone") }
+    }
+
     func run() throws {
-        let bytes = try ValueFile.read(try KeyFile(path).path)
+        let file = try KeyFile(path)
+        if describe {
+            print(try Self.description(of: file.path))
+            return
+        }
+        let bytes = try ValueFile.read(file.path)
         var value: PropertyListValue
         do {
             value = try PropertyListCodec.decode(bytes)
@@ -40,6 +53,20 @@ struct Get: ParsableCommand {
         } catch StoreError.invalidPropertyList(let reason) {
             throw CommandFailure("\(path): \(reason)")
         }
+    }
+}
+
+extension Get {
+    /// What the store's schema says of the key at `path`, from its `user.kvsfs.schema`.
+    static func description(of path: String) throws -> String {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        let length = buffer.withUnsafeMutableBytes { SystemCalls.extendedAttribute(of: path, named: "user.kvsfs.schema", into: $0) }
+        guard length >= 0 else {
+            let code = errno
+            if code == ENODATA { return "no rule of the store's schema names this key" }
+            throw CommandFailure("cannot read the rule of \(path): \(explain(code))")
+        }
+        return String(decoding: buffer[..<length], as: UTF8.self)
     }
 }
 

@@ -75,7 +75,8 @@ struct StatusTests {
             #expect(json["eventCursor"] is Int)
             #expect(json["conflictBytes"] as? Int == 0)
             #expect(json.keys.sorted() == ["bytes", "conflictBytes", "conflicts", "dataDirectory", "database", "eventCursor", "eventLog", "keyNameLimit", "keys",
-                                           "lastSync", "offlineReason", "pending", "reachable", "remote", "store", "valueLimit"],
+                                           "lastSync", "nonConforming", "offlineReason", "pending", "reachable", "remote", "schemaVersion", "store",
+                                           "valueLimit"],
                     "every documented field, and only those")
 
             let attributes = try dumpedAttributes(daemon.mountpoint)
@@ -90,6 +91,8 @@ struct StatusTests {
             #expect(attributes["user.kvsfs.keys"] == "1/1024")
             #expect(attributes["user.kvsfs.value-limit"] == "1048576")
             #expect(attributes["user.kvsfs.key-name-limit"] == "64")
+            #expect(attributes["user.kvsfs.schema-version"] == "0")
+            #expect(attributes["user.kvsfs.nonconforming"] == "0")
             #expect(attributes["user.kvsfs.sync"] == "synced")
             #expect(attributes["user.kvsfs.events"] == "\(data)/default.events.jsonl")
             #expect(attributes["user.kvsfs.event-cursor"].flatMap { Int($0) } != nil)
@@ -110,7 +113,7 @@ struct StatusTests {
             #expect(text.status == 0, "\(text)")
             for line in ["remote:         none", "reachable:      none", "last sync:      never", "pending:        2 changes",
                          "bytes:          \(valueBytes) of 5000 used", "keys:           2 of 7 used",
-                         "value limit:    3000 bytes", "key-name limit: 20 bytes", "event log:      none"] {
+                         "value limit:    3000 bytes", "key-name limit: 20 bytes", "schema:         none", "event log:      none"] {
                 #expect(text.standardOutput.contains(line + "\n"), "\(line) in \(text)")
             }
 

@@ -87,6 +87,20 @@ struct KeySchemaTests {
         #expect(try schema().rules(for: "port").first?.description == "The port the service listens on.")
     }
 
+    @Test("a key's rule in words, as user.kvsfs.schema and kvsfs get --describe show it")
+    func described() throws {
+        let schema = try schema()
+        #expect(schema.describe("port") == "type integer, minimum 1, maximum 65535, default 8080\nThe port the service listens on.")
+        #expect(schema.describe("mode") == #"type string, choices "fast" | "safe", default "safe""#)
+        #expect(schema.describe("limits") == #"type dictionary, required "cpu", member "cpu" (type integer, minimum 1), member "memory" (type string), otherMembers false"#)
+        #expect(schema.describe("peers") == #"type array, maxLength 3, items (type string, pattern "[a-z]+")"#)
+        #expect(schema.describe("feature.enabled") == "pattern *.enabled: type boolean\npattern feature.*: type boolean")
+        #expect(schema.describe("unnamed") == nil)
+        let closed = try KeySchema(decoding: Array(#"{"otherKeys": false, "keys": {"a": {}}}"#.utf8))
+        #expect(closed.describe("a") == "any value")
+        #expect(closed.describe("b") == "no rule names this key, and the schema takes no key it does not name")
+    }
+
     @Test("a malformed schema is refused with where and why")
     func malformed() {
         let cases: [(String, String)] = [
