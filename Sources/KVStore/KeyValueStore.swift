@@ -101,7 +101,7 @@ public final class KeyValueStore: Sendable {
                 var clock = HybridLogicalClock(device: device)
                 for record in records {
                     entries[record.key] = Entry(record)
-                    changes[record.key] = ChangeMeta(stamp: record.stamp, syncState: record.syncState, base: record.base)
+                    changes[record.key] = ChangeMeta(stamp: record.stamp, syncState: record.syncState, sequence: record.sequence, base: record.base)
                     clock.observe(record.stamp, physical: physical)
                 }
                 var state = State(
@@ -243,7 +243,7 @@ public final class KeyValueStore: Sendable {
             state.values.set(row.entry, forKey: row.key)
             let previous = state.sync.changes[row.key]
             state.sync.setChange(row.key, ChangeMeta(
-                stamp: row.stamp, syncState: row.syncState, base: ChangeMeta.base(after: previous),
+                stamp: row.stamp, syncState: row.syncState, sequence: row.sequence, base: ChangeMeta.base(after: previous),
                 settles: row.syncState == .pending ? ChangeMeta.settles(after: previous, shown: state.sync.conflicts[row.key]) : []))
         }
         state.revision &+= 1

@@ -169,7 +169,7 @@ extension KeyValueStore {
             }
             state.lastSequence = row.sequence
             state.values.set(after, forKey: key)
-            state.sync.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, base: .change(conflict.won.stamp),
+            state.sync.setChange(key, ChangeMeta(stamp: stamp, syncState: .pending, sequence: row.sequence, base: .change(conflict.won.stamp),
                                             settles: conflict.lost.map(\.stamp)))
             state.revision &+= 1
             state.clock = clock

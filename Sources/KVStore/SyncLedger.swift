@@ -49,6 +49,9 @@ extension KeyValueStore {
     struct ChangeMeta {
         var stamp: ChangeStamp
         var syncState: SyncState
+        /// The change's place in the order this store took changes in (local or fetched): what
+        /// `changes(after:)` pages by. A sync state moving on keeps it.
+        var sequence: Int64
         /// What a pending change replaced, as the remote last gave the key: the change before
         /// the key's first pending write (`base(after:)`). What a push says the change `replaces`.
         var base: Replaced

@@ -161,6 +161,10 @@ struct ControlRequest: Codable, Equatable {
         /// Replaces the store's values by the remote's (`kvsfs sync --replace-with-remote`),
         /// discarding local changes the remote lacks; answered with nothing.
         case replaceWithRemote = "replace-with-remote"
+        /// Answered with each key's latest change after `after` (of `keys` when given), oldest
+        /// first, and the names known of their devices, as JSON `WatchPage`; with no `after`,
+        /// with none and the store's newest cursor (`kvsfs watch`).
+        case changes
     }
 
     var command: Command
@@ -183,6 +187,16 @@ struct ControlRequest: Codable, Equatable {
     var version: Int64?
     /// The device number of the directory the command named, which must be the mount's.
     var device: UInt64?
+    /// For changes: the cursor to give the changes after, and the keys watched (all when nil).
+    var after: Int64?
+    var keys: [String]?
+}
+
+/// The answer to `changes`: a page of the store's change feed, and the names known of the
+/// devices that made its changes, by id (`DeviceName`).
+struct WatchPage: Codable {
+    var page: ChangeFeedPage
+    var devices: [String: String]
 }
 
 /// The answer to `conflicts`: the open conflicts, and the names known of the devices that made

@@ -218,6 +218,12 @@ final class ControlSocket: @unchecked Sendable {
             guard let sync, case .offline(let reason) = sync.standing().reachability else { return [] }
             return Array(("the conflict of \(conflict.key.debugDescription) is settled on this mount, but the resolution is "
                 + "pending: \(reason); it is pushed when the remote answers").utf8)
+        case .changes:
+            let store = fileSystem.store
+            let keys = request.keys.map { Swift.Set($0.map(KeyName.canonical)) }
+            let page = store.changes(after: request.after ?? store.newestCursor, keys: keys)
+            let devices = try store.deviceNames(of: page.changes.map(\.device))
+            return Array(try JSONEncoder().encode(WatchPage(page: page, devices: devices)))
         case .synchronize, .replaceWithRemote:
             guard let sync else { throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs: it has no remote") }
             try Self.retryingWhileBusy(for: .seconds(Self.remoteDeadline)) {
