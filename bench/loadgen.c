@@ -1064,8 +1064,10 @@ int main(int argc, char **argv) {
         if (now >= next_tick) { check_deadlines(now); next_tick = now + TICK_US; }
         switch (phase) {
         case CURSORS: {
-            /* Each store's newest cursor, so that watchers start from it as a mount does. */
-            while (cursors_asked < stores && dispatch(0, CURSOR_REQUEST, (int)cursors_asked, 0, 0)) cursors_asked++;
+            /* Each store's newest cursor, so that watchers start from it as a mount does; over
+             * POOL_START connections, so that the pool does not start larger than pushes need. */
+            while (cursors_asked < stores && cursors_in_flight < POOL_START && dispatch(0, CURSOR_REQUEST, (int)cursors_asked, 0, 0))
+                cursors_asked++;
             if ((cursors_asked == stores && cursors_in_flight == 0) || now >= phase_end) {
                 tally.cursor_failures += stores - cursors_asked;
                 for (long w = 0; w < watchers; w++) {
