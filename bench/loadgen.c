@@ -14,7 +14,8 @@
  *
  * Prints propagation (p50, p99, max; histogram buckets of 1/128 of their value), push latency,
  * how late pushes began against their schedule, deliveries received against expected, failures,
- * each server's CPU and memory (with --server-pid) and this process's own CPU.
+ * each server's CPU and memory (with --server-pid), and this process's own CPU and the time it
+ * waited for a CPU others held.
  *
  * Build: cc -O2 -o loadgen loadgen.c
  * Run:   loadgen --url http://127.0.0.1:18790 [--url URL ...] --token TOKEN [--account load]
@@ -545,12 +546,13 @@ static void base64_encode(const unsigned char *in, size_t n, char *out) {
 }
 
 
-/* Writes the connection's request: a push stamped now, or a cursor's GET. */
+/* Writes the connection's request: a push, stamped with when it was handed to the connection
+ * (a new connection's connect counts in its latency and propagation, as a client's would), or
+ * a cursor's GET. */
 static int send_request(struct connection *c) {
     char *out = pooled_out + (size_t)(c - pooled) * REQUEST_MAX;
     int n;
     if (c->request == PUSH_REQUEST) {
-        c->sent = now_us();
         char value[256], encoded[360], body[768];
         int length = snprintf(value, sizeof value,
                               "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<plist version=\"1.0\">\n<string>%lld %d</string>\n</plist>\n",
@@ -658,6 +660,7 @@ static int dispatch(int instance, int request, int store, long long push, int64_
     c->store = store;
     c->push = push;
     c->slot = slot;
+    c->sent = now_us();
     if (request == PUSH_REQUEST) in_flight++;
     else cursors_in_flight++;
     if (c->state == IDLE && send_request(c) != 0) pooled_failed(c);
@@ -970,6 +973,15 @@ static struct usage process_usage(int pid) {
     return u;
 }
 
+/* Seconds this process has waited, runnable, for a CPU that others held (/proc/self/schedstat's
+ * run delay): when pushes begin late, this tells a busy machine from a slow generator. */
+static double own_run_delay(void) {
+    char text[256];
+    if (!read_text("/proc/self/schedstat", text, sizeof text)) return 0;
+    unsigned long long running, waiting;
+    return sscanf(text, "%llu %llu", &running, &waiting) == 2 ? waiting / 1e9 : 0;
+}
+
 static double own_cpu(void) {
     struct rusage r;
     getrusage(RUSAGE_SELF, &r);
@@ -1054,7 +1066,7 @@ int main(int argc, char **argv) {
     int64_t connect_began = 0, connect_took = 0, push_end = 0, window_start = 0, window_end = 0;
     long long cursors_asked = 0;
     long streaming_at_start = 0;
-    double cpu_at_start = 0, cpu_in_window = 0;
+    double cpu_at_start = 0, cpu_in_window = 0, delay_at_start = 0, delay_in_window = 0;
     /* The run's hard bound, whatever happens: every phase has its own deadline within it. */
     int64_t hard_end = started + (int64_t)((30 + 125 + 1 + seconds + 5 + 35 + 1 + 10) * SECOND);
 
@@ -1097,6 +1109,7 @@ int main(int argc, char **argv) {
                 for (int s = 0; s < server_count; s++) connected[s] = process_usage(server_pids[s]);
                 streaming_at_start = tally.streaming;
                 cpu_at_start = own_cpu();
+                delay_at_start = own_run_delay();
                 phase = PUSHING;
                 push_start = window_start = now;
                 push_end = now + (int64_t)(seconds * SECOND);
@@ -1148,6 +1161,7 @@ int main(int argc, char **argv) {
                 tally.measuring = 0;
                 window_end = now;
                 cpu_in_window = own_cpu() - cpu_at_start;
+                delay_in_window = own_run_delay() - delay_at_start;
                 for (int s = 0; s < server_count; s++) end[s] = process_usage(server_pids[s]);
                 phase = DONE;
             }
@@ -1208,9 +1222,9 @@ int main(int argc, char **argv) {
                (end[s].rss_kb - idle[s].rss_kb) / held, end[s].peak_kb / 1024.0);
     }
     /* How late pushes began is the generator's own delay: when it grows, the generator is the limit. */
-    printf("  this generator: CPU %.2f s in all, %.2f s over the measured window (%.1f%% of one core), RSS %.1f MB; "
-           "pushes began late by ",
-           all_cpu, cpu_in_window, window > 0 ? cpu_in_window / window * 100 : 0, mine.rss_kb / 1024.0);
+    printf("  this generator: CPU %.2f s in all, %.2f s over the measured window (%.1f%% of one core; it waited %.2f s for a "
+           "CPU others held), RSS %.1f MB; pushes began late by ",
+           all_cpu, cpu_in_window, window > 0 ? cpu_in_window / window * 100 : 0, delay_in_window, mine.rss_kb / 1024.0);
     print_ms("", &tally.lag);
     int peak = 0;
     for (int i = 0; i < instance_count; i++) peak = pools[i].peak > peak ? pools[i].peak : peak;
