@@ -73,10 +73,6 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .executableTarget(name: "kvsfs-load", dependencies: [
-            "KVStore", "KVCloud", "KVSync", "KVWire", .product(name: "AsyncHTTPClient", package: "async-http-client"),
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
         // The crash torture harness (scripts/torture): drives the kvsfs binary and its mount with POSIX calls.
         .executableTarget(name: "kvsfs-torture", dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]),
         .target(name: "KVTestSupport", dependencies: [

@@ -2,7 +2,7 @@ import Foundation
 import KVCloud
 import KVStore
 
-// What `kvsfs serve` and its clients (HTTPChangeLog, kvsfs-load) say to each other: the paths
+// What `kvsfs serve` and its clients (HTTPChangeLog; bench/loadgen.c speaks it in C) say to each other: the paths
 // and the JSON bodies. (The server's reading of requests is in PushDecoding.swift and
 // RequestReading.swift.) No NIO in this module: the fuzzer and the client link it as they are.
 
