@@ -62,6 +62,28 @@ public struct RegisteredDefaults: Sendable, Equatable {
     }
 }
 
+extension RegisteredDefaults {
+    /// The defaults a store's schema gives (`KeySchema.defaults`), each checked as a file's
+    /// entry is; one outside the rules here (a key longer than this mount's key-length
+    /// quota, say) is left out and named with why in `skipped`: the schema is the remote's.
+    public static func fromSchema(_ defaults: [String: PropertyListValue], limits: QuotaLimits) -> (RegisteredDefaults, skipped: [String: String]) {
+        let ledger = QuotaLedger(limits: limits)
+        var registered = RegisteredDefaults()
+        var skipped = [String: String]()
+        for key in defaults.keys.sorted() {
+            do throws(StoreError) {
+                try ledger.checkKeyName(key)
+                let xml = try PropertyListCodec.encodeXML(defaults[key]!)
+                try ledger.checkValueSize(QuotaLedger.size(ofXML: xml))
+                registered.values[key] = Value(value: defaults[key]!, xml: xml)
+            } catch {
+                skipped[key] = error.description
+            }
+        }
+        return (registered, skipped)
+    }
+}
+
 /// Why a defaults file was refused.
 public enum DefaultsError: Error, Equatable, Sendable, CustomStringConvertible {
     case unreadable(String)

@@ -68,7 +68,14 @@ extension KeyValueStore {
             }
             state.schema = held
         }
+        schemaObserver.withLock { $0 }?(held)
         return held
+    }
+
+    /// Calls `observer` after each schema the store takes, with what it holds then (the
+    /// mount's defaults follow the schema's).
+    public func observeSchema(_ observer: @escaping @Sendable (HeldSchema) -> Void) {
+        schemaObserver.withLock { $0 = observer }
     }
 
     /// Every held value that breaks `schema` (the held one when nil), by key.

@@ -61,6 +61,7 @@ public final class KeyValueStore: Sendable {
     /// The last count of held values that break the held schema, and what it counted
     /// (`violationCount`).
     let violationTally = Mutex<ViolationTally?>(nil)
+    let schemaObserver = Mutex<(@Sendable (HeldSchema) -> Void)?>(nil)
     /// The id this store's changes carry in their stamps.
     public let deviceID: String
 

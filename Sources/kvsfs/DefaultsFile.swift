@@ -44,12 +44,14 @@ struct DefaultsFile: Sendable {
         return bytes
     }
 
-    /// Registers the file's defaults anew with `fileSystem`, keeping the old ones on failure.
-    func reload(into fileSystem: KeyValueFileSystem, logger: Logger) {
+    /// Registers the file's defaults anew with `choice`, keeping the old ones on failure.
+    func reload(into choice: DefaultsChoice, logger: Logger) {
         do {
-            let defaults = try load(limits: fileSystem.store.limits)
-            fileSystem.registerDefaults(defaults)
-            logger.info("reloaded the defaults file \(path): \(defaults.count) defaults registered")
+            let defaults = try load(limits: choice.limits)
+            choice.takeFile(defaults)
+            logger.info(choice.schemaGives
+                ? "reloaded the defaults file \(path): \(defaults.count) defaults, kept for when the store has no schema: its schema gives the defaults now"
+                : "reloaded the defaults file \(path): \(defaults.count) defaults registered")
         } catch {
             logger.error("cannot reload the defaults file \(path): \(error); the defaults registered before are kept")
         }

@@ -159,9 +159,11 @@ struct Mount: ParsableCommand {
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
             configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location,
-                                              registersDefaults: defaults != nil, allowOther: allowOther),
+                                              registersDefaults: defaults != nil || sync != nil, allowOther: allowOther),
             sync: sync, applier: applier, logger: logger)
-        if let registered { fileSystem.registerDefaults(registered) }
+        // A store that syncs may get a schema, whose defaults then take the place of the file's.
+        let defaultsChoice = DefaultsChoice(fileSystem: fileSystem, file: registered, logger: logger)
+        defaultsChoice.start()
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]
         // Only the mounting user reaches the mount unless --allow-other; then the kernel checks
         // permissions (0644 files, 0755 directory, owned by the mounting user).
@@ -181,7 +183,7 @@ struct Mount: ParsableCommand {
             logger.warning("\(error); should this daemon be killed while it waits on its mount, the next kvsfs mount cannot end it")
         }
         fileSystem.attach(kernelCache: mount)
-        if let defaults { try HangupReload.install { defaults.reload(into: fileSystem, logger: logger) } }
+        if let defaults { try HangupReload.install { defaults.reload(into: defaultsChoice, logger: logger) } }
         sync?.start()
         // Acts on the whole store (sync, export, import, ...) come through the control socket,
         // which only the mounting user (or root) may use: no file operation, which any user of
