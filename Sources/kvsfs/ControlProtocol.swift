@@ -165,6 +165,12 @@ struct ControlRequest: Codable, Equatable {
         /// first, and the names known of their devices, as JSON `WatchPage`; with no `after`,
         /// with none and the store's newest cursor (`kvsfs watch`).
         case changes
+        /// Answered with the schema the store holds and the values that break it, as JSON
+        /// `SchemaListing`.
+        case schema
+        /// Followed by a frame with a schema's text; answered as `schema` is, with the values
+        /// that break that schema instead (nothing is set).
+        case checkSchema = "check-schema"
     }
 
     var command: Command

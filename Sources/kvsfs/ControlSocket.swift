@@ -128,7 +128,12 @@ final class ControlSocket: @unchecked Sendable {
             }
             // An import's property list is read before any check that may refuse it: a peer
             // whose data is left unread sees a reset connection, not the refusal.
-            let body = request.command == .import ? try incoming.read(limit: ControlConnection.maximumImportBytes) : []
+            let body: [UInt8]
+            switch request.command {
+            case .import: body = try incoming.read(limit: ControlConnection.maximumImportBytes)
+            case .checkSchema: body = try incoming.read(limit: SchemaLimits.bytes)
+            default: body = []
+            }
             try checkDevice(request.device)
             // From here the act is done or refused, and its answer is owed: no longer cut.
             guard moving(to: .working) else { throw CommandFailure("the mount is being unmounted") }
@@ -224,6 +229,20 @@ final class ControlSocket: @unchecked Sendable {
             let page = store.changes(after: request.after ?? store.newestCursor, keys: keys)
             let devices = try store.deviceNames(of: page.changes.map(\.device))
             return Array(try JSONEncoder().encode(WatchPage(page: page, devices: devices)))
+        case .schema, .checkSchema:
+            let store = fileSystem.store
+            let held = store.schema
+            var proposed: KeySchema?
+            if request.command == .checkSchema {
+                do {
+                    proposed = try KeySchema(decoding: bytes)
+                } catch {
+                    throw CommandFailure("the schema sent cannot be read: \(error)")
+                }
+            }
+            let violations = (proposed ?? held.rules).map { store.violations(of: $0).map(\.description) } ?? []
+            return Array(try JSONEncoder().encode(SchemaListing(version: held.version, text: held.text, unreadable: held.unreadable,
+                                                                violations: violations, keys: store.usage.keys)))
         case .synchronize, .replaceWithRemote:
             guard let sync else { throw CommandFailure("\(mountpoint) is not a kvsfs mount that syncs: it has no remote") }
             try Self.retryingWhileBusy(for: .seconds(Self.remoteDeadline)) {

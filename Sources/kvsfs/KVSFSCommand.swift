@@ -11,7 +11,7 @@ struct KVSFSCommand: ParsableCommand {
         abstract: "Mount a key-value store as a directory: one file per key, property lists as contents.",
         discussion: "See kvsfs(1) for formats, quotas, errors and the editor-file rule.",
         version: "0.1.0",
-        subcommands: [Mount.self, Get.self, Set.self, Delete.self, Sync.self, Status.self, Events.self, Watch.self, Export.self, Import.self, History.self, Revert.self, Conflicts.self, Resolve.self, Serve.self, Account.self, Token.self]
+        subcommands: [Mount.self, Get.self, Set.self, Delete.self, Sync.self, Status.self, Events.self, Watch.self, Schema.self, Export.self, Import.self, History.self, Revert.self, Conflicts.self, Resolve.self, Serve.self, Account.self, Token.self]
     )
 
     /// `kvsfs STORE MOUNTPOINT ...` is the mount(8) form (`MountHelper`); every other command
