@@ -110,3 +110,29 @@ struct SchemaListing: Codable {
         }
     }
 }
+
+/// What shell completion offers after `kvsfs set PATH -string` (or `-int`, `-real`): the
+/// choices the store's schema lists for the key, of that type. Asked of the mount through its
+/// control socket; anything that fails offers nothing, as a completion must never print an
+/// error.
+enum ChoiceCompletion {
+    static func offer(_ type: ValueType, _ words: [String], _ prefix: String) -> [String] {
+        // The key's file is the first word after `set` that is not an option.
+        guard let set = words.firstIndex(of: "set"),
+              let path = words[(set + 1)...].first(where: { !$0.hasPrefix("-") }),
+              let file = try? KeyFile(path),
+              let listing = try? SchemaListing.ask(file.mountpoint, request: ControlRequest(command: .schema)),
+              let text = listing.text,
+              let schema = try? KeySchema(decoding: text) else { return [] }
+        let choices = schema.rules(for: file.name).compactMap(\.choices).flatMap { $0 }
+        return choices.compactMap { choice -> String? in
+            switch (type, choice) {
+            case (.string, .string(let text)): text
+            case (.integer, .integer(let number)): String(number)
+            case (.integer, .unsignedInteger(let number)): String(number)
+            case (.real, .real(let number)): String(number)
+            default: nil
+            }
+        }.filter { $0.hasPrefix(prefix) }
+    }
+}

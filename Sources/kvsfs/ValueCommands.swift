@@ -85,9 +85,13 @@ struct Set: ParsableCommand {
     @Argument(help: "A key's file in a kvsfs mount.")
     var path: String
 
-    @Option(name: .customLong("string", withSingleDash: true)) var string: String?
-    @Option(name: .customLong("int", withSingleDash: true), help: "-9223372036854775808 to 18446744073709551615.") var integer: IntegerArgument?
-    @Option(name: .customLong("real", withSingleDash: true)) var real: Double?
+    @Option(name: .customLong("string", withSingleDash: true), completion: .custom { words, _, prefix in ChoiceCompletion.offer(.string, words, prefix) })
+    var string: String?
+    @Option(name: .customLong("int", withSingleDash: true), help: "-9223372036854775808 to 18446744073709551615.",
+            completion: .custom { words, _, prefix in ChoiceCompletion.offer(.integer, words, prefix) })
+    var integer: IntegerArgument?
+    @Option(name: .customLong("real", withSingleDash: true), completion: .custom { words, _, prefix in ChoiceCompletion.offer(.real, words, prefix) })
+    var real: Double?
     @Option(name: .customLong("bool", withSingleDash: true), help: "true, false, yes, no, 1 or 0.") var boolean: String?
     @Option(name: .customLong("date", withSingleDash: true), help: "ISO 8601, e.g. 2026-11-22T10:00:00Z.") var date: String?
     @Option(name: .customLong("data", withSingleDash: true), help: "Base64.") var data: String?
