@@ -14,7 +14,12 @@ extension KeyValueFileSystem {
             if let node = ns.names[KeyFileName.fileName(forKey: conflict.key)], node.key == conflict.key, node.openHandles > 0 {
                 removedContent[node.inode] = content(of: node)
             }
-            return try store.settle(conflict, keeping: side)
+            do {
+                return try store.settle(conflict, keeping: side)
+            } catch {
+                tell(refusalOf: conflict.key, error)
+                throw error
+            }
         }
         let key = [conflict.key]
         switch (before, after) {

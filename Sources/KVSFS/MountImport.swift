@@ -22,7 +22,15 @@ extension KeyValueFileSystem {
     public func importValues(_ values: [String: PropertyListValue], replacing: Bool, dryRun: Bool) throws -> ImportPlan {
         if configuration.readOnly, !dryRun { throw StoreError.readOnly("the mount is read-only") }
         // Checked and encoded before any lock: the mount serves its files meanwhile.
-        let prepared = try store.prepareImport(values, replacing: replacing)
+        let prepared: PreparedImport
+        do {
+            prepared = try store.prepareImport(values, replacing: replacing)
+        } catch {
+            // Told as a write through the mount would be: the log and the event log name the
+            // key and the rule, not only the command line.
+            if !dryRun, let key = error.key { tell(refusalOf: key, error.reason) }
+            throw error
+        }
         if dryRun { return try store.importValues(prepared, dryRun: true) }
         // What open handles of a key about to be removed go on reading, as after an unlink.
         var removedContent: [InodeNumber: [UInt8]] = [:]
@@ -32,7 +40,12 @@ extension KeyValueFileSystem {
                     if case .key(let key) = node.kind, values[key] == nil { removedContent[node.inode] = content(of: node) }
                 }
             }
-            return try store.importValues(prepared, dryRun: false)
+            do {
+                return try store.importValues(prepared, dryRun: false)
+            } catch let refusal as ImportRefusal {
+                if let key = refusal.key { tell(refusalOf: key, refusal.reason) }
+                throw refusal
+            }
         }
         showChanged(added: plan.added, changed: plan.changed, removed: plan.removed, removedContent: removedContent, of: "an import")
         return plan

@@ -101,6 +101,21 @@ struct ShellRefusalTests {
         }
     }
 
+    @Test("an import refused naming a key is told as a write would be: the daemon's log and a refused-local-write event")
+    func importRefusalTold() throws {
+        try withDaemon(extraArguments: ["--quota-value", "200"]) { (m, dir) throws in
+            let result = try shell("""
+                printf '{"small": 1, "big": "%s"}' "$(head -c 400 /dev/zero | tr '\\0' x)" > \(dir.path)/import.json
+                \(kvsfsBinary) import \(m.mountpoint) \(dir.path)/import.json; echo "status=$?"
+                timeout 2 \(kvsfsBinary) events --all \(m.mountpoint)
+                """)
+            #expect(result.standardOutput.contains("status=1"), "\(result)")
+            #expect(result.standardOutput.contains(#""reason":"refused-local-write""#), "\(result)")
+            #expect(result.standardOutput.contains(#""keys":["big"]"#), "\(result)")
+            #expect(m.logText().contains(#"refused a write to "big": EFBIG"#), "\(m.logText())")
+        }
+    }
+
     @Test("a value holding a control character reads back equal through Python's plistlib")
     func controlCharacterThroughPlistlib() throws {
         try withDaemon { (m, _) throws in
