@@ -8,6 +8,10 @@ import KVStore
 package struct Admission: Sendable {
     /// Each change in the order given: admitted, or refused with the reason.
     package var entries: [Result<StampedChange, RefusedChange>] = []
+    /// The value of each entry as decoded when it was admitted, at the entry's index (as many
+    /// as `entries`): nil for a deletion or a refused change. What the store's schema is
+    /// checked against, without decoding the value again.
+    package var values: [PropertyListValue?] = []
     /// Why a change's `lost` was left out (it broke the change rule): the change itself is
     /// admitted without it, so that a broken conflict never holds its winner back.
     package var droppedConflicts: [String] = []
@@ -90,7 +94,8 @@ package enum ChangeAdmission {
         var budget = batchAllowance &+ min(carried, Int.max / 4) &* 2
         for change in changes {
             do {
-                var admitted = try admit(change, rule: policy.stamps, budget: &budget)
+                var decoded: PropertyListValue?
+                var admitted = try admit(change, rule: policy.stamps, budget: &budget, decoded: &decoded)
                 admitted.lost = []
                 if change.lost.count > KeptChangeList.maximumCount {
                     admission.droppedConflicts.append("\(change.key.debugDescription): \(change.lost.count) changes are kept as its "
@@ -103,22 +108,27 @@ package enum ChangeAdmission {
                             throw StoreError.invalidStamp("the changes that lost are not newest first")
                         }
                         var kept = lost
-                        kept.value = try admit(lost.value, of: lost.type, budget: &budget)
+                        var ignored: PropertyListValue?
+                        kept.value = try admit(lost.value, of: lost.type, budget: &budget, decoded: &ignored)
                         admitted.lost.append(kept)
                     } catch {
                         admission.droppedConflicts.append("\(change.key.debugDescription): a change kept as its conflict breaks the rule: \(error)")
                     }
                 }
+                admission.values.append(decoded)
                 admission.entries.append(.success(admitted))
             } catch {
+                admission.values.append(nil)
                 admission.entries.append(.failure(.init(refusal: Refusal(change: change, current: nil, reason: String(describing: error)))))
             }
         }
         return admission
     }
 
-    /// The change and what it replaced, by the same rule (what lost to it is the caller's).
-    private static func admit(_ change: StampedChange, rule: StampRule, budget: inout Int) throws(StoreError) -> StampedChange {
+    /// The change and what it replaced, by the same rule (what lost to it is the caller's);
+    /// `decoded`: its value as decoded.
+    private static func admit(_ change: StampedChange, rule: StampRule, budget: inout Int,
+                              decoded: inout PropertyListValue?) throws(StoreError) -> StampedChange {
         try rule.checkFields(change.stamp)
         guard !change.key.isEmpty else { throw .emptyKey }
         if case .change(let replaced) = change.replaces { try rule.checkFields(replaced) }
@@ -126,12 +136,14 @@ package enum ChangeAdmission {
         for settled in change.settles { try rule.checkFields(settled) }
         var admitted = change
         admitted.key = KeyName.canonical(change.key)
-        admitted.value = try admit(change.value, of: change.type, budget: &budget)
+        admitted.value = try admit(change.value, of: change.type, budget: &budget, decoded: &decoded)
         return admitted
     }
 
-    /// A value (nil for a removal) as the replica keeps it, the canonical XML of what was sent.
-    private static func admit(_ value: Data?, of type: ValueType?, budget: inout Int) throws(StoreError) -> Data? {
+    /// A value (nil for a removal) as the replica keeps it, the canonical XML of what was sent;
+    /// `decoded`: the value read.
+    private static func admit(_ value: Data?, of type: ValueType?, budget: inout Int,
+                              decoded read: inout PropertyListValue?) throws(StoreError) -> Data? {
         guard let value else {
             if type != nil { throw .invalidPropertyList("a tombstone has no type") }
             return nil
@@ -158,6 +170,7 @@ package enum ChangeAdmission {
         }
         let canonical = Data(try PropertyListCodec.encodeXML(decoded))
         budget -= canonical.count
+        read = decoded
         return canonical == value ? value : canonical  // Data's == compares memory at once
     }
 }

@@ -59,6 +59,17 @@ public protocol ChangeLog: Sendable {
     /// Forgets any batch a wait fetched ahead, so that the next `changes` asks the storage
     /// itself.
     func discardPrefetched()
+
+    /// The store's schema (version 0 and no text when it never had one).
+    func schema(of store: String) async throws(CloudError) -> RemoteSchema
+
+    /// Sets the store's schema to `text`, or removes it (nil), and returns the new version. With
+    /// `ifVersion`, only while the store's schema is still at that version (else throws
+    /// `CloudError.schemaMoved(current:)`). A text `KeySchema(decoding:)` refuses is refused
+    /// with `CloudError.refused` and its words, and changes nothing. Every push after it is
+    /// judged against it (`CloudLedger`); values already stored that break it stay. A store
+    /// that does not exist yet is made, as by a first push.
+    func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema
 }
 
 extension ChangeLog {

@@ -112,15 +112,19 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
     /// The names the remote keeps (`DeviceName`) of the devices that made these changes or
     /// the changes that lost to them, by device id; a device it keeps no name of is left out.
     public var devices: [String: String]
+    /// The store's schema version when the batch was read (`RemoteSchema.version`): every
+    /// round of sync sees, at no extra request, whether the schema moved.
+    public var schemaVersion: Int64
 
     public init(changes: [StampedChange], cursor: Int64, complete: Bool, unreadable: [String] = [], mark: HistoryMark? = nil,
-                devices: [String: String] = [:]) {
+                devices: [String: String] = [:], schemaVersion: Int64 = 0) {
         self.changes = changes
         self.cursor = cursor
         self.complete = complete
         self.unreadable = unreadable
         self.mark = mark
         self.devices = devices
+        self.schemaVersion = schemaVersion
     }
 
     /// Every device id the batch names: the changes' and those of the changes that lost to them.
@@ -135,7 +139,7 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case changes, cursor, complete, unreadable, mark, devices
+        case changes, cursor, complete, unreadable, mark, devices, schemaVersion
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -146,9 +150,11 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
         try container.encode(unreadable, forKey: .unreadable)
         try container.encodeIfPresent(mark, forKey: .mark)
         if !devices.isEmpty { try container.encode(devices, forKey: .devices) }
+        if schemaVersion != 0 { try container.encode(schemaVersion, forKey: .schemaVersion) }
     }
 
-    /// `unreadable` and `mark` may be missing: a server older than the field sends none.
+    /// `unreadable`, `mark` and `schemaVersion` may be missing: a server older than the field
+    /// sends none (and keeps no schema).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         changes = try container.decode([StampedChange].self, forKey: .changes)
@@ -157,5 +163,6 @@ public struct ChangeBatch: Sendable, Equatable, Codable {
         unreadable = try container.decodeIfPresent([String].self, forKey: .unreadable) ?? []
         mark = try container.decodeIfPresent(HistoryMark.self, forKey: .mark)
         devices = try container.decodeIfPresent([String: String].self, forKey: .devices) ?? [:]
+        schemaVersion = try container.decodeIfPresent(Int64.self, forKey: .schemaVersion) ?? 0
     }
 }

@@ -30,6 +30,9 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     case historyDiffers(seen: String, held: String)
     /// A server found one of the two above, in its words (its 409).
     case historyMismatch(String)
+    /// A schema was set only while the store's was at a version it no longer is
+    /// (`ChangeLog.setSchema(_:of:ifVersion:)`): `current` is the version it is at.
+    case schemaMoved(current: Int64)
 
     /// How long a busy remote asked to be left alone, if it said.
     public var retryAfter: Duration? {
@@ -70,6 +73,7 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
         case .historyDiffers(let seen, let held):
             "the reader saw \(seen), but the store holds \(held)"
         case .historyMismatch(let reason): reason
+        case .schemaMoved(let current): "the store's schema is no longer at the version given: it is at version \(current)"
         }
     }
 }

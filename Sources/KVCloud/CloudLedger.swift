@@ -11,12 +11,16 @@ package struct CloudStoreState: Sendable {
     /// counted by the storage's triggers): at most
     /// `limits.totalBytes` (`CloudLedger.checkKeptBytes`).
     package var keptBytes: Int
+    /// The store's schema, read in the push's transaction (`RemoteSchema`, decoded once per
+    /// version by `DecodedSchemas`): what each pushed value must meet. Nil when it has none.
+    package var schema: KeySchema?
 
-    package init(limits: QuotaLimits, usage: QuotaUsage, cursor: Int64, keptBytes: Int) {
+    package init(limits: QuotaLimits, usage: QuotaUsage, cursor: Int64, keptBytes: Int, schema: KeySchema? = nil) {
         self.limits = limits
         self.usage = usage
         self.cursor = cursor
         self.keptBytes = keptBytes
+        self.schema = schema
     }
 }
 
@@ -50,6 +54,10 @@ package enum CloudLedger {
     /// why; their changes are refused (`Refusal.rowUnreadable`), so that the others go through.
     /// `kept`: how the storage keeps the changes that lost, which says what they count against
     /// the store's allowance for them (`CloudStoreState.keptBytes`, which its triggers keep).
+    /// A value that breaks the store's schema (`CloudStoreState.schema`) is refused with the
+    /// schema's words (the key, the value's type and the rule); a deletion never is, nor a
+    /// change the store holds already (pushed again), so that values stored before the schema
+    /// stay as they are. A superseded change is judged too: it may be kept as a conflict.
     package static func decide(_ admission: Admission, current: [String: StampedChange], state: CloudStoreState,
                                storesNUL: Bool = true, unreadable: [String: String] = [:], kept layout: KeptLayout = .list) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
@@ -57,7 +65,7 @@ package enum CloudLedger {
         // Whether a row this push writes is not a change as the pusher sent it.
         var notAsPushed = false
         let ledger = QuotaLedger(limits: state.limits)
-        for entry in admission.entries {
+        for (index, entry) in admission.entries.enumerated() {
             let change: StampedChange
             switch entry {
             case .success(let admitted):
@@ -91,6 +99,11 @@ package enum CloudLedger {
                 // Stamps name changes: another value under the same stamp is not a repeat.
                 decision.outcome.refused.append(Refusal(change: change, current: current,
                                                         reason: "the remote holds another change with the same stamp"))
+                continue
+            }
+            if let schema = state.schema, current?.stamp != change.stamp, index < admission.values.count,
+               let value = admission.values[index], let violation = schema.violation(key: change.key, value: value) {
+                decision.outcome.refused.append(Refusal(change: change, current: current, reason: violation.description))
                 continue
             }
             if let current, current.stamp >= change.stamp {

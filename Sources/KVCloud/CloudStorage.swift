@@ -21,6 +21,9 @@ public protocol CloudStorage: Sendable {
     /// Sets the parts of `store`'s policy that `change` names, in one transaction; returns the
     /// policy then held.
     func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy
+    func schema(of store: String) throws(CloudError) -> RemoteSchema
+    /// Sets or removes the store's schema in one transaction with the check of `ifVersion`.
+    func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) throws(CloudError) -> RemoteSchema
     /// Whether what the storage opened is no longer where it was opened from.
     var replaced: Bool { get }
 }

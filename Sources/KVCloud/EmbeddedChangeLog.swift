@@ -64,6 +64,16 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
         try await withStorage { storage throws(CloudError) in try storage.version(version, of: key, in: store) }
     }
 
+    public func schema(of store: String) async throws(CloudError) -> RemoteSchema {
+        try await withStorage { storage throws(CloudError) in try storage.schema(of: store) }
+    }
+
+    /// A waiter is not woken into a new round by it: waits compare cursors, and a schema moves
+    /// none. A mount learns of it from the `schemaVersion` of its next fetch.
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema {
+        try await withStorage { storage throws(CloudError) in try storage.setSchema(text, of: store, ifVersion: ifVersion) }
+    }
+
     /// The mark is checked by the fetch that follows a wake-up.
     public func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?,
                                timeout: Duration) async throws(CloudError) -> Bool {

@@ -14,6 +14,9 @@ public final class MemoryCloudStorage: CloudStorage {
         /// Per key, the versions the policy keeps, oldest first.
         var versions: [String: [KeyVersion]] = [:]
         var devices = DeviceNameBook()
+        var schema = RemoteSchema.none
+        /// `schema`'s text decoded.
+        var decodedSchema: KeySchema?
 
         /// Newest first, as `history(of:in:)` answers; none once a removal is past retention.
         func kept(_ key: String, now: Int64) -> [KeyVersion] {
@@ -85,7 +88,7 @@ public final class MemoryCloudStorage: CloudStorage {
             for key in admitted.keys { current[key] = rows.latest[key]?.change }
             let decision = CloudLedger.decide(admitted, current: current,
                                               state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor,
-                                                                     keptBytes: rows.keptBytes))
+                                                                     keptBytes: rows.keptBytes, schema: rows.decodedSchema))
             for write in decision.writes {
                 let change = write.change
                 rows.latest[change.key] = (change, write.cursor)
@@ -116,6 +119,7 @@ public final class MemoryCloudStorage: CloudStorage {
             var answer = ChangeBatch(changes: batch.map(\.change), cursor: batch.last?.cursor ?? cursor, complete: newer.count <= limit,
                                      mark: batch.last.map { HistoryMark(key: $0.change.key, cursor: $0.cursor, stamp: $0.change.stamp) })
             answer.devices = stores[store]?.devices.names(of: answer.deviceIDs) ?? [:]
+            answer.schemaVersion = stores[store]?.schema.version ?? 0
             return answer
         }
     }
@@ -172,6 +176,24 @@ public final class MemoryCloudStorage: CloudStorage {
             let policy = change.applied(to: stores[store]?.history ?? .standard)
             stores[store, default: StoreRows()].history = policy
             return policy
+        }
+    }
+
+    public func schema(of store: String) throws(CloudError) -> RemoteSchema {
+        try StoreName.check(store)
+        return stores.withLock { $0[store]?.schema ?? .none }
+    }
+
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) throws(CloudError) -> RemoteSchema {
+        try StoreName.check(store)
+        let decoded = try SchemaAdmission.admit(text)
+        return try stores.withLock { (stores) throws(CloudError) -> RemoteSchema in
+            var rows = stores[store] ?? StoreRows()
+            try SchemaAdmission.check(ifVersion, current: rows.schema.version)
+            rows.schema = RemoteSchema(version: rows.schema.version + 1, text: text)
+            rows.decodedSchema = decoded
+            stores[store] = rows
+            return rows.schema
         }
     }
 }

@@ -14,13 +14,17 @@ import KVStore
 /// Tables: `cloudStore` (per store: the newest cursor, the usage, the limits, the history
 /// policy), `cloudChange` (per store and key: the latest accepted change and the cursor it was
 /// accepted at), `cloudVersion` (per store and key: the versions `HistoryPolicy` keeps, the
-/// latest included), `cloudSetting` (the remote's identity).
+/// latest included), `cloudDevice` (per store, the names of its devices), `cloudSchema` (per
+/// store, its schema and the schema's version: `RemoteSchema`), `cloudSetting` (the remote's
+/// identity).
 public final class SQLiteCloudStorage: CloudStorage {
     private let database: DatabasePool
     private let admission: AdmissionPolicy
     private let path: String
     /// The device and inode of the file opened: another file at `path` is another remote.
     private let file: (device: UInt64, inode: UInt64)
+    /// The stores' schemas as last decoded, so that a push reads only the version.
+    private let schemas = DecodedSchemas()
 
     /// Opens (creating if needed) the database at `path`, with at most `readers` connections
     /// reading at once (a mount needs few; a server's requests read in parallel). Pushes are
@@ -237,6 +241,16 @@ public final class SQLiteCloudStorage: CloudStorage {
                 END;
                 """)
         }
+        migrator.registerMigration("v8 store schemas") { db in
+            // Per store, its schema (RemoteSchema): the version, which each set or removal moves
+            // on by one, and the text as it was set (NULL once removed). A store without a row
+            // here never had one (version 0). The bound is SchemaLimits.bytes when written.
+            try db.create(table: "cloudSchema", options: [.withoutRowID]) { t in
+                t.primaryKey("store", .text)
+                t.column("version", .integer).notNull().check(sql: "version > 0")
+                t.column("text", .blob).check(sql: "text IS NULL OR length(text) <= 262144")
+            }
+        }
         return migrator
     }
 
@@ -294,7 +308,7 @@ public final class SQLiteCloudStorage: CloudStorage {
     public func push(_ changes: [StampedChange], to store: String, mark: HistoryMark?) throws(CloudError) -> PushOutcome {
         try StoreName.check(store)
         let admitted = ChangeAdmission.admit(changes, policy: admission)
-        return try run { try self.database.write { db in try Self.push(admitted, to: store, mark: mark, db) } }
+        return try run { try self.database.write { db in try Self.push(admitted, to: store, mark: mark, schemas: self.schemas, db) } }
     }
 
     /// A push admitted (its changes checked against the change rule, its clock read), waiting
@@ -327,7 +341,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                     var decided: PushOutcome?
                     do {
                         try db.inSavepoint {
-                            decided = try Self.push(push.admitted, to: push.store, mark: push.mark, db)
+                            decided = try Self.push(push.admitted, to: push.store, mark: push.mark, schemas: self.schemas, db)
                             return .commit
                         }
                     } catch {
@@ -354,12 +368,15 @@ public final class SQLiteCloudStorage: CloudStorage {
     }
 
     /// Inside the push's transaction: the mark is checked against the rows the push decides by.
-    private static func push(_ admission: Admission, to store: String, mark: HistoryMark?, _ db: Database) throws -> PushOutcome {
+    private static func push(_ admission: Admission, to store: String, mark: HistoryMark?, schemas: DecodedSchemas,
+                             _ db: Database) throws -> PushOutcome {
         let table = try Table(db: db, store: store)
         // A store made by this very transaction has cursor 0: a mark fails, and the push rolls back.
         if let mark { try mark.check(newest: table.state.cursor, held: try self.mark(in: store, key: mark.key, db)) }
         let (current, unreadable) = try table.current(admission.keys)
-        let decision = CloudLedger.decide(admission, current: current, state: table.state, unreadable: unreadable)
+        var state = table.state
+        state.schema = try schemas.schema(of: store, at: try schemaVersion(of: store, db)) { try schema(of: store, db).text }
+        let decision = CloudLedger.decide(admission, current: current, state: state, unreadable: unreadable)
         try table.apply(decision, current: current, now: admission.now)
         try keep(decision.outcome.deviceNames, in: store, db)
         return decision.outcome
@@ -441,6 +458,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                     }
                 }
                 batch.devices = try Self.names(of: batch.deviceIDs, in: store, db)
+                batch.schemaVersion = try Self.schemaVersion(of: store, db)
                 return batch
             }
             return try mark == nil ? self.database.unsafeRead(read) : self.database.read(read)
@@ -548,6 +566,42 @@ public final class SQLiteCloudStorage: CloudStorage {
                 return policy
             }
         }
+    }
+
+    public func schema(of store: String) throws(CloudError) -> RemoteSchema {
+        try StoreName.check(store)
+        return try run { try self.database.read { db in try Self.schema(of: store, db) } }
+    }
+
+    /// Makes the store as a first push does; in one IMMEDIATE transaction with the check of
+    /// `ifVersion`, so that each push is judged by the schema before it or after it.
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) throws(CloudError) -> RemoteSchema {
+        try StoreName.check(store)
+        _ = try SchemaAdmission.admit(text)
+        return try run {
+            try self.database.write { db in
+                _ = try Table(db: db, store: store)
+                let current = try Self.schemaVersion(of: store, db)
+                try SchemaAdmission.check(ifVersion, current: current)
+                let set = RemoteSchema(version: current + 1, text: text)
+                try db.execute(sql: """
+                    INSERT INTO cloudSchema (store, version, text) VALUES (?, ?, ?)
+                    ON CONFLICT (store) DO UPDATE SET version = excluded.version, text = excluded.text
+                    """, arguments: [store, set.version, text.map { Data($0) }])
+                return set
+            }
+        }
+    }
+
+    private static func schemaVersion(of store: String, _ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT version FROM cloudSchema WHERE store = ?"), arguments: [store]) ?? 0
+    }
+
+    private static func schema(of store: String, _ db: Database) throws -> RemoteSchema {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT version, text FROM cloudSchema WHERE store = ?"),
+                                         arguments: [store]) else { return .none }
+        let text: Data? = try row.decode(forColumn: "text")
+        return RemoteSchema(version: try row.decode(forColumn: "version"), text: text.map { [UInt8]($0) })
     }
 
     public func limits(of store: String) throws(CloudError) -> QuotaLimits {

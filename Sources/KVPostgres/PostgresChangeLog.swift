@@ -100,6 +100,7 @@ extension PostgresServerStorage {
             return ChangeBatch(changes: changes, cursor: last, complete: !more, unreadable: unreadable, mark: mark)
         }
         batch.devices = try await names(of: batch.deviceIDs, in: store)
+        batch.schemaVersion = try await schemaVersion(of: store)
         return batch
     }
 

@@ -31,6 +31,7 @@ extension PostgresServerStorage {
     private func decideAndWrite(_ group: [GroupedPush], _ db: PostgresConnection) async throws -> [Result<PushOutcome, CloudError>] {
         let stores = Array(Set(group.map(\.store))).sorted()
         var locked = try await Self.lock(stores, keys: group, db, logger)
+        let schemas = try await Self.schemas(at: locked.schemaVersions, decoded: decodedSchemas, db, logger)
         var results = [Result<PushOutcome, CloudError>]()
         var versions = [(store: String, row: KeyRow, acceptedAt: Int64, isVersion: Bool)]()  // every accepted write, in order
         var changedStores = Set<String>()
@@ -40,7 +41,7 @@ extension PostgresServerStorage {
         var forgotten = [(key: RowKey, below: Int64, oldest: Int64)]()
         var touched = Set<RowKey>()
         for push in group {
-            guard let state = locked.states[push.store], let history = locked.histories[push.store] else {
+            guard var state = locked.states[push.store], let history = locked.histories[push.store] else {
                 // Its row went (the account was removed) after it was made: made again on a retry.
                 knownStores.withLock { _ = $0.remove(push.store) }
                 results.append(.failure(.unavailable("store \(push.store) vanished during a push")))
@@ -55,6 +56,8 @@ extension PostgresServerStorage {
                 }
                 // Under the store's lock, against the rows the push decides by.
                 if let mark = push.mark { try mark.check(newest: state.cursor, held: rows[mark.key].map(\.mark)) }
+                // The schema at the version the locked row holds.
+                state.schema = try schemas[push.store]?.get() ?? nil
             } catch {
                 results.append(.failure(error))
                 continue
@@ -311,6 +314,8 @@ extension PostgresServerStorage {
         var states: [String: CloudStoreState] = [:]
         var histories: [String: LockedHistory] = [:]
         var rows: [String: [String: KeyRow]] = [:]
+        /// Each store's schema version (`RemoteSchema`), as its locked row holds it.
+        var schemaVersions: [String: Int64] = [:]
     }
 
     /// A store's history policy as stored (unchecked), and when its removed keys' histories
@@ -330,10 +335,10 @@ extension PostgresServerStorage {
         let rows = try await db.query("""
             WITH locked AS (
                 SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
-                       history_versions, history_days, history_swept_at, kept_bytes, history_bytes FROM kvsfs_store
+                       history_versions, history_days, history_swept_at, kept_bytes, history_bytes, schema_version FROM kvsfs_store
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
-                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, l.history_bytes, c.key, c.value, c.type, c.time, c.counter, c.device, c.at,
+                   l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, l.history_bytes, l.schema_version, c.key, c.value, c.type, c.time, c.counter, c.device, c.at,
                    k.value, k.type, k.time, k.counter, k.device
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.key, c.value, c.type, c.time, c.counter, c.device, c.store, greatest(c.cursor, (
@@ -348,14 +353,15 @@ extension PostgresServerStorage {
         // One row per store, key and change that lost to the key's: each key's are gathered,
         // then read as its conflict.
         var lostRows = [RowKey: [LostRow]]()
-        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int, Int,
+        for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int, Int, Int64,
                                           String?, Data?, String?, Int64?, Int32?, String?, Int64?,
                                           Data?, String?, Int64?, Int32?, String?).self) {
             let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt, keptBytes, historyBytes,
-                 key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
+                 schemaVersion, key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor, keptBytes: keptBytes)
+            locked.schemaVersions[store] = schemaVersion
             locked.histories[store] = LockedHistory(policy: HistoryPolicy(versions: versions, retentionDays: days), sweptAt: sweptAt,
                                                     bytes: historyBytes)
             if let key, let time, let counter, let device, let keyCursor {

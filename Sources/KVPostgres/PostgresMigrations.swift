@@ -388,6 +388,25 @@ enum PostgresSchema {
                 try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
             }
         },
+        PostgresMigration(name: "v9 store schemas") { db, logger in
+            // Per store, its schema (RemoteSchema): the version, which each set or removal
+            // moves on by one, and the text as it was set (NULL once removed); a store without
+            // a row here never had one (version 0). The version is also the store row's
+            // schema_version, written in the same transaction: a push reads it from the row it
+            // locks, so that it sees the version committed before the lock was granted (its
+            // other reads in that statement see the statement's snapshot). The bound is
+            // SchemaLimits.bytes when written.
+            for statement in [
+                "ALTER TABLE kvsfs_store ADD COLUMN schema_version bigint NOT NULL DEFAULT 0 CHECK (schema_version >= 0)",
+                """
+                CREATE TABLE kvsfs_schema (
+                    store text PRIMARY KEY REFERENCES kvsfs_store ON DELETE CASCADE, version bigint NOT NULL CHECK (version > 0),
+                    text bytea CHECK (octet_length(text) <= 262144))
+                """,
+            ] {
+                try await db.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+            }
+        },
     ]
 
     /// The advisory lock under which instances starting together take turns (the key kvsfs

@@ -32,6 +32,8 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     let admission: AdmissionPolicy
     /// Pushes that arrive together commit together (`PushGroups`).
     let pushGroups = PushGroups<GroupedPush>()
+    /// The stores' schemas as last decoded: a push reads only the version.
+    let decodedSchemas = DecodedSchemas()
     /// Stores whose row this instance has seen made (`createStores`).
     let knownStores = Mutex(Set<String>())
     /// Device names this instance kept, or found kept, by store and device (`keepNames`): a push

@@ -37,6 +37,9 @@ extension SyncServer {
                 // The client saw a history this store no longer has: it must resynchronise.
                 throw HTTPError(.conflict, message: error.description)
             case .refused(let reason): throw HTTPError(.badRequest, message: reason)
+            case .schemaMoved(let current):
+                throw HTTPError(.preconditionFailed, headers: [.init(RefusalHeader.schemaVersion)!: String(current)],
+                                message: error.description)
             case .notAuthorized(let reason): throw HTTPError(.forbidden, message: reason)
             // 403 as before (a 409 would make the client resynchronise), marked so that a
             // client tells it from a refused token.

@@ -103,6 +103,14 @@ public final class SQLiteServerStorage: ServerStorage {
         try await threads.run { [cloud] () throws(CloudError) in try cloud.changeHistoryPolicy(change, of: store) }
     }
 
+    public func schema(of store: String) async throws(CloudError) -> RemoteSchema {
+        try await log.schema(of: store)
+    }
+
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema {
+        try await log.setSchema(text, of: store, ifVersion: ifVersion)
+    }
+
     /// Nobody else writes this file: every change comes through this server.
     public func followChanges(_ changed: @escaping @Sendable (String) -> Void, resync: @escaping @Sendable () -> Void) async {}
 

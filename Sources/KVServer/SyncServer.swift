@@ -29,6 +29,14 @@ import NIOCore
 ///                                                    newest first, without values
 ///     GET  /v1/ACCOUNT/STORE/history?key=K&version=V {"version"}: that one with its value,
 ///                                                    null when it is not kept
+///     GET  /v1/ACCOUNT/STORE/schema                  {"version","text"}: the store's schema (text
+///                                                    base64, null without one; version 0 if never set)
+///     PUT  /v1/ACCOUNT/STORE/schema[?if-version=V]   body: the schema, at most `SchemaLimits.bytes`
+///                                                    -> {"version","text"}; 400 with the reason when
+///                                                    it is no schema, 412 when not at version V
+///                                                    (`Kvsfs-Schema-Version` says where), 403 for a
+///                                                    read-only token; makes the store as a push does
+///     DELETE /v1/ACCOUNT/STORE/schema[?if-version=V] removes it, the same way
 ///     GET  /v1/ACCOUNT/STORE/events?after=N[&mark=M&mark-key=K]
 ///                                                    text/event-stream: `id: CURSOR` and
 ///                                                    `data: {changes,cursor,complete}` for every
@@ -111,6 +119,23 @@ public struct SyncServer: Sendable {
         reads.get(RouterPath(WirePath.pattern(.history))) { request, context -> Response in
             try await history(request, context)
         }
+        reads.get(RouterPath(WirePath.pattern(.schema))) { _, context -> Response in
+            let stored = context.store.name
+            return try json(try await run { try await storage.schema(of: stored) } as SchemaResponse)
+        }
+        writes.put(RouterPath(WirePath.pattern(.schema))) { request, context -> Response in
+            // Bounded before it is read whole.
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: SchemaLimits.bytes)
+            } catch is NIOTooManyBytesError {
+                throw HTTPError(.contentTooLarge, message: "a schema is at most \(SchemaLimits.bytes) bytes")
+            }
+            return try await setSchema(Array(body.readableBytesView), request, context)
+        }
+        writes.delete(RouterPath(WirePath.pattern(.schema))) { request, context -> Response in
+            try await setSchema(nil, request, context)
+        }
         reads.get(RouterPath(WirePath.pattern(.cursor))) { request, context -> Response in
             let stored = context.store.name
             let query = WireQuery(request.uri.query)
@@ -180,6 +205,18 @@ public struct SyncServer: Sendable {
             body: ResponseBody { writer in
                 try await streamChanges(of: stored, after: after, while: { await stillAllowed(bearer) }, to: &writer)
             })
+    }
+
+    /// Sets (or, with no text, removes) the store's schema; a store not made yet is made within
+    /// its account's cap, as by a first push. The store's long polls and streams are woken,
+    /// though they answer only on a change (the mounts see the new version at their next fetch).
+    private func setSchema(_ text: [UInt8]?, _ request: Request, _ context: StoreContext) async throws -> Response {
+        let stored = context.store.name
+        let ifVersion = try wire { () throws(WireError) in try WireQuery(request.uri.query).ifVersion() }
+        try await run { try await storeCap.admit(context.store, storage: storage) }
+        let set = try await run { try await storage.setSchema(text, of: stored, ifVersion: ifVersion) }
+        notifier.notify(stored)
+        return try json(set as SchemaResponse)
     }
 
     /// A key's history, or one version of it: read-only tokens may read it too.

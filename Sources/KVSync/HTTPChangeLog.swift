@@ -13,7 +13,8 @@ import Synchronization
 /// `base` is `http(s)://host:port`, optionally followed by `/ACCOUNT`; without an account the
 /// token's own account is asked for once. A store is one of that account's. 429 and 503
 /// answers become `busy` with the server's Retry-After; 401 and 403 `notAuthorized`, but a
-/// 403 marked as the store limit (`RefusalHeader`) `storeLimit`; 409 a history mismatch;
+/// 403 marked as the store limit (`RefusalHeader`) `storeLimit`; 409 a history mismatch; 412
+/// to a schema's condition `schemaMoved`;
 /// connection failures `unavailable`; other refusals `refused`.
 public final class HTTPChangeLog: ChangeLog {
     public let description: String
@@ -101,6 +102,19 @@ public final class HTTPChangeLog: ChangeLog {
     public func version(_ version: Int64, of key: String, in store: String) async throws(CloudError) -> KeyVersion? {
         try await request(.GET, storePath(store, .history) + WireQuery.encode(key: key, version: version),
                           as: VersionResponse.self).version
+    }
+
+    public func schema(of store: String) async throws(CloudError) -> RemoteSchema {
+        try await request(.GET, storePath(store, .schema), as: SchemaResponse.self)
+    }
+
+    /// A read-only token is refused (`notAuthorized`), as its push would be.
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema {
+        let path = try await storePath(store, .schema) + WireQuery.encode(ifVersion: ifVersion)
+        if let text {
+            return try await request(.PUT, path, body: Data(text), contentType: "application/octet-stream", as: SchemaResponse.self)
+        }
+        return try await request(.DELETE, path, as: SchemaResponse.self)
     }
 
     /// The next batch of the server's event stream for the store (opened from `cursor`, and
@@ -225,9 +239,10 @@ public final class HTTPChangeLog: ChangeLog {
         return me
     }
 
-    private func request<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil, as type: T.Type,
+    private func request<T: Decodable>(_ method: HTTPMethod, _ path: String, body: Data? = nil,
+                                       contentType: String = "application/json", as type: T.Type,
                                        timeout: TimeAmount = .seconds(30)) async throws(CloudError) -> T {
-        let response = try await send(method, path, body: body, timeout: timeout)
+        let response = try await send(method, path, body: body, contentType: contentType, timeout: timeout)
         let data: Data
         do {
             data = try await ResponseBody.collect(response, upTo: 64 << 20, within: timeout)
@@ -245,12 +260,13 @@ public final class HTTPChangeLog: ChangeLog {
 
     /// Sends a request and returns a 200 response whose body is still to read; other answers
     /// become the `CloudError` they mean.
-    private func send(_ method: HTTPMethod, _ path: String, body: Data? = nil, timeout: TimeAmount) async throws(CloudError) -> HTTPClientResponse {
+    private func send(_ method: HTTPMethod, _ path: String, body: Data? = nil, contentType: String = "application/json",
+                      timeout: TimeAmount) async throws(CloudError) -> HTTPClientResponse {
         var request = HTTPClientRequest(url: base + path)
         request.method = method
         request.headers.add(name: "Authorization", value: "Bearer \(token)")
         if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "Content-Type", value: contentType)
             request.body = .bytes(ByteBuffer(bytes: Array(body)))
         }
         let response: HTTPClientResponse
@@ -276,6 +292,11 @@ public final class HTTPChangeLog: ChangeLog {
                 throw .notAuthorized(message)
             case .conflict:
                 throw .historyMismatch(message)
+            case .preconditionFailed:
+                guard let current = response.headers.first(name: RefusalHeader.schemaVersion).flatMap({ Int64($0) }) else {
+                    throw .refused("\(response.status.code) \(message)")
+                }
+                throw .schemaMoved(current: current)
             default:
                 throw .refused("\(response.status.code) \(message)")
             }

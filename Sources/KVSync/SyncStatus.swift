@@ -81,6 +81,7 @@ extension SyncEngine {
         case .unavailable(let reason): return "unavailable \(reason.prefix(200))"
         case .cursorAhead, .historyDiffers, .historyMismatch: return "history"
         case .invalidStoreName: return error.description
+        case .schemaMoved: return "schema moved"
         }
     }
 

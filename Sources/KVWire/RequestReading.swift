@@ -15,6 +15,7 @@ public struct WireQuery: Sendable {
         public static let markKey = "mark-key"
         public static let key = "key"
         public static let version = "version"
+        public static let ifVersion = "if-version"
     }
 
     private let pairs: [(name: Substring, value: Substring)]
@@ -101,6 +102,17 @@ public struct WireQuery: Sendable {
         guard let number = try wholeNumber(Name.version) else { return nil }
         guard number > 0 else { throw .invalidQuery(name: Name.version, expected: "a version number, 1 or more") }
         return number
+    }
+
+    /// `if-version`: the schema version a `PUT` or `DELETE .../schema` holds for (0 or more),
+    /// or nil when not sent.
+    public func ifVersion() throws(WireError) -> Int64? {
+        try wholeNumber(Name.ifVersion)
+    }
+
+    /// `[?if-version=V]`, for a client's schema request.
+    public static func encode(ifVersion: Int64?) -> String {
+        ifVersion.map { "?\(Name.ifVersion)=\($0)" } ?? ""
     }
 
     /// `?key=K[&version=V]`, for a client's history request.

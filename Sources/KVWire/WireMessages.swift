@@ -14,7 +14,7 @@ public enum WirePath {
 
     /// What a store-addressed path names: `/v1/ACCOUNT/STORE/RESOURCE`.
     public enum StoreResource: String, Sendable, CaseIterable {
-        case identity, changes, events, cursor, history
+        case identity, changes, events, cursor, history, schema
     }
 
     /// `/v1/ACCOUNT/STORE/RESOURCE`, for a client.
@@ -83,6 +83,10 @@ public struct CursorResponse: Codable, Sendable, Equatable {
     }
 }
 
+/// `GET .../schema`, and the answer to `PUT` and `DELETE .../schema[?if-version=V]`: the
+/// store's schema and its version (the text as base64), as set or removed.
+public typealias SchemaResponse = RemoteSchema
+
 /// `GET .../history?key=K`: the versions the store keeps of the key, newest first, without
 /// their values.
 public struct HistoryResponse: Codable, Sendable, Equatable {
@@ -116,6 +120,9 @@ public struct VersionResponse: Codable, Sendable, Equatable {
 public enum RefusalHeader {
     public static let name = "Kvsfs-Refusal"
     public static let storeLimit = "store-limit"
+    /// On a 412 to `PUT` or `DELETE .../schema?if-version=V`: the version the store's schema
+    /// is at instead (`CloudError.schemaMoved`).
+    public static let schemaVersion = "Kvsfs-Schema-Version"
 }
 
 public struct ErrorResponse: Codable, Sendable, Equatable {

@@ -15,7 +15,7 @@ import KVWire
 /// and the change rule (`ChangeAdmission`) admits or refuses each of them, admitted ones with
 /// NFC keys and canonical values, theirs and those of what lost to them, and device names
 /// within their rule (`DeviceName`); a query's values (a
-/// history mark and a history request's key and version included) are within their ranges and read back from the query a client writes
+/// history mark, a history request's key and version, and a schema request's if-version included) are within their ranges and read back from the query a client writes
 /// for them; a bearer token read is one a header carries back.
 enum RequestFuzzing {
     static func run(_ bytes: [UInt8]) {
@@ -97,6 +97,12 @@ enum RequestFuzzing {
             let written = WireQuery(String(WireQuery.encode(key: key, version: version).dropFirst()))
             guard (try? written.key()) == key, (try? written.version()) == .some(version) else {
                 fatalError("key=\(key.debugDescription) version=\(String(describing: version)), read from \(text.debugDescription), do not read back once written")
+            }
+        }
+        if let ifVersion = try? query.ifVersion() {
+            let written = WireQuery(String(WireQuery.encode(ifVersion: ifVersion).dropFirst()))
+            guard (ifVersion ?? 0) >= 0, (try? written.ifVersion()) == .some(ifVersion) else {
+                fatalError("if-version=\(String(describing: ifVersion)), read from \(text.debugDescription), is out of range or does not read back once written")
             }
         }
         if let after, after < 0 { fatalError("after=\(after) from \(text.debugDescription)") }

@@ -174,7 +174,7 @@ struct Serve: ParsableCommand {
 struct Account: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Manage the sync server's accounts.",
-        subcommands: [Create.self, HistoryPolicySetting.self])
+        subcommands: [Create.self, HistoryPolicySetting.self, SchemaSetting.self])
 
     struct Create: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -216,23 +216,14 @@ extension Account {
         @OptionGroup var database: DatabaseOptions
 
         func validate() throws {
-            _ = try addressed()
+            _ = try Account.addressed(store)
             if let violation = HistoryPolicyChange(versions: versions, retentionDays: retentionDays).violation {
                 throw ValidationError(violation)
             }
         }
 
-        /// The account and the storage's name of the store.
-        private func addressed() throws -> (account: String, stored: String) {
-            let parts = store.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-            guard parts.count == 2, let stored = AccountDirectory.storageName(account: parts[0], store: parts[1]) else {
-                throw ValidationError("name the store as ACCOUNT/STORE, each by its rule (see kvsfs account create, kvsfs mount --store)")
-            }
-            return (parts[0], stored)
-        }
-
         func run() throws {
-            let (account, stored) = try addressed()
+            let (account, stored) = try Account.addressed(store)
             let change = HistoryPolicyChange(versions: versions, retentionDays: retentionDays)
             let policy = try waitFor { [database] in
                 var logger = Logger(label: "kvsfs")
@@ -240,7 +231,7 @@ extension Account {
                 let storage = try await database.open(logger: logger)
                 let result: Result<HistoryPolicy, CloudError>
                 do throws(CloudError) {
-                    guard try await Self.hasAccount(account, storage) else { throw .refused("there is no account \(account)") }
+                    guard try await Account.hasAccount(account, storage) else { throw .refused("there is no account \(account)") }
                     result = .success(change.isEmpty ? try await storage.historyPolicy(of: stored)
                                                      : try await storage.changeHistoryPolicy(change, of: stored))
                 } catch {
@@ -251,13 +242,42 @@ extension Account {
             }
             print("versions \(policy.versions)\nretention-days \(policy.retentionDays)")
         }
+    }
 
-        private static func hasAccount(_ account: String, _ storage: any ServerStorage) async throws(CloudError) -> Bool {
-            do {
-                return try await storage.accounts.hasAccount(account)
+    /// The account and the storage's name of a store named ACCOUNT/STORE.
+    static func addressed(_ store: String) throws -> (account: String, stored: String) {
+        let parts = store.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 2, let stored = AccountDirectory.storageName(account: parts[0], store: parts[1]) else {
+            throw ValidationError("name the store as ACCOUNT/STORE, each by its rule (see kvsfs account create, kvsfs mount --store)")
+        }
+        return (parts[0], stored)
+    }
+
+    static func hasAccount(_ account: String, _ storage: any ServerStorage) async throws(CloudError) -> Bool {
+        do {
+            return try await storage.accounts.hasAccount(account)
+        } catch {
+            throw .unavailable(error.description)
+        }
+    }
+
+    /// Runs `body` on the server's database, opened for it and closed after; a refusal
+    /// becomes the command's one-line error. Refused for an account the database does not hold.
+    static func withStore<T: Sendable>(_ database: DatabaseOptions, account: String,
+                                       _ body: @escaping @Sendable (any ServerStorage) async throws(CloudError) -> T) throws -> T {
+        try waitFor {
+            var logger = Logger(label: "kvsfs")
+            logger.logLevel = .critical
+            let storage = try await database.open(logger: logger)
+            let result: Result<T, CloudError>
+            do throws(CloudError) {
+                guard try await hasAccount(account, storage) else { throw .refused("there is no account \(account)") }
+                result = .success(try await body(storage))
             } catch {
-                throw .unavailable(error.description)
+                result = .failure(error)
             }
+            await storage.close()
+            return try result.mapError { CommandFailure($0.description) }.get()
         }
     }
 }

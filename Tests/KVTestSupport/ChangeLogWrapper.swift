@@ -51,4 +51,12 @@ extension ChangeLogWrapper {
     public func discardPrefetched() {
         base.discardPrefetched()
     }
+
+    public func schema(of store: String) async throws(CloudError) -> RemoteSchema {
+        try await base.schema(of: store)
+    }
+
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema {
+        try await base.setSchema(text, of: store, ifVersion: ifVersion)
+    }
 }

@@ -201,4 +201,12 @@ public final class FaultyRemote: ChangeLogWrapper {
     public func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
         try await faulty("renew") { () async throws(CloudError) in try await base.renewIdentity(replacing: seen) }
     }
+
+    public func schema(of store: String) async throws(CloudError) -> RemoteSchema {
+        try await faulty("schema") { () async throws(CloudError) in try await base.schema(of: store) }
+    }
+
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema {
+        try await faulty("set schema") { () async throws(CloudError) in try await base.setSchema(text, of: store, ifVersion: ifVersion) }
+    }
 }

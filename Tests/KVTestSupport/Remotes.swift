@@ -68,6 +68,16 @@ public final class InterruptibleRemote: ChangeLogWrapper {
         try check("renew")
         return try await base.renewIdentity(replacing: seen)
     }
+
+    public func schema(of store: String) async throws(CloudError) -> RemoteSchema {
+        try check("schema")
+        return try await base.schema(of: store)
+    }
+
+    public func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) async throws(CloudError) -> RemoteSchema {
+        try check("set schema")
+        return try await base.setSchema(text, of: store, ifVersion: ifVersion)
+    }
 }
 
 /// A remote over in-memory cloud storage.

@@ -253,6 +253,10 @@ final class RestorableStorage: CloudStorage {
     func changeHistoryPolicy(_ change: HistoryPolicyChange, of store: String) throws(CloudError) -> HistoryPolicy {
         try storage.changeHistoryPolicy(change, of: store)
     }
+    func schema(of store: String) throws(CloudError) -> RemoteSchema { try storage.schema(of: store) }
+    func setSchema(_ text: [UInt8]?, of store: String, ifVersion: Int64?) throws(CloudError) -> RemoteSchema {
+        try storage.setSchema(text, of: store, ifVersion: ifVersion)
+    }
 }
 
 /// A remote whose fetches answer from a batch received ahead (as an event stream's) until told
