@@ -8,7 +8,8 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         case serverChange = "server-change"
         /// The first download into this device's store.
         case initialSync = "initial-sync"
-        /// A local write the remote refused (a quota) was rolled back to the remote's value.
+        /// A local write the remote refused (a quota, or the store's schema: `message` says
+        /// which rule) was rolled back to the remote's value.
         case quotaViolation = "quota-violation"
         /// The remote could not judge a local write: its row for the key cannot be read
         /// (written by another program; `message` says why). The write stays, pending, and is
@@ -39,6 +40,14 @@ public struct SyncEvent: Codable, Sendable, Equatable {
         /// The remote cannot be used (`message`: why, in words): writes stay pending. Said once
         /// per cause, not once per retry.
         case offline = "offline"
+        /// The store's schema changed on the remote, and the mount took it: `message` gives
+        /// its version, and how many keys hold values that break it (or that it was removed,
+        /// or why this kvsfs cannot read it).
+        case schemaChange = "schema-change"
+        /// Changes fetched from the remote hold values that break the store's schema (set
+        /// before it, which the store keeps): taken in as the remote holds them; `message`
+        /// names each key, the value's type and the rule. `kvsfs schema check` lists them.
+        case schemaViolation = "schema-violation"
         /// Said to a reader only (`kvsfs events --since`), never logged: the log no longer
         /// holds the events right after the reader's cursor, so the reader must look at the
         /// whole store again rather than take the events that follow for all it missed.

@@ -37,6 +37,8 @@ extension SyncEngine {
                 // Found after this round's push: push what the remote lost now.
                 return try await resynchroniseAndPush(because: "the remote's history is not the one this mount saw: \(error)")
             }
+            // Taken before the batch's changes, so that they are judged by the schema they came under.
+            try await takeSchema(seen: batch.schemaVersion)
             var confirmations = [StampedChange]()
             let admitted = admit(batch).changes
             try store.keepDeviceNames(batch.namedDevices)
@@ -65,6 +67,7 @@ extension SyncEngine {
             position = fetched
             knownPosition.update { $0 = position }
             if !changed.isEmpty { onEvent(SyncEvent(reason: reason, keys: changed.sorted())) }
+            reportSchemaBreaches(in: newer.values.filter { changed.contains($0.key) })
             report(conflicts)
             if batch.complete { break }
             newer.removeAll(keepingCapacity: true)

@@ -171,6 +171,10 @@ struct ControlRequest: Codable, Equatable {
         /// Followed by a frame with a schema's text; answered as `schema` is, with the values
         /// that break that schema instead (nothing is set).
         case checkSchema = "check-schema"
+        /// Followed by a frame with a schema's text (empty with `remove`): sets it on the
+        /// remote (only while its version is still `ifVersion`, when given), then holds it;
+        /// answered as `schema` is.
+        case setSchema = "set-schema"
     }
 
     var command: Command
@@ -196,6 +200,9 @@ struct ControlRequest: Codable, Equatable {
     /// For changes: the cursor to give the changes after, and the keys watched (all when nil).
     var after: Int64?
     var keys: [String]?
+    /// For setSchema: remove the schema instead, and the version it must still be at.
+    var remove: Bool?
+    var ifVersion: Int64?
 }
 
 /// The answer to `changes`: a page of the store's change feed, and the names known of the

@@ -131,7 +131,7 @@ final class ControlSocket: @unchecked Sendable {
             let body: [UInt8]
             switch request.command {
             case .import: body = try incoming.read(limit: ControlConnection.maximumImportBytes)
-            case .checkSchema: body = try incoming.read(limit: SchemaLimits.bytes)
+            case .checkSchema, .setSchema: body = try incoming.read(limit: SchemaLimits.bytes)
             default: body = []
             }
             try checkDevice(request.device)
@@ -184,7 +184,7 @@ final class ControlSocket: @unchecked Sendable {
             return Array(try JSONEncoder().encode(plan))
         case .history:
             let key = try requestedKey(request)
-            let versions = try askRemote { log, store in try await log.history(of: key, in: store) }
+            let versions = try askRemote(what: "history is kept by a remote") { log, store in try await log.history(of: key, in: store) }
             // A device the remote keeps no name of may be known here: this one's own, or one a
             // fetch named.
             let known = try fileSystem.store.deviceNames(of: versions.filter { $0.deviceName == nil }.map(\.stamp.device))
@@ -192,7 +192,9 @@ final class ControlSocket: @unchecked Sendable {
         case .version:
             let key = try requestedKey(request)
             guard let version = request.version, version > 0 else { throw CommandFailure("the request names no version") }
-            return Array(try JSONEncoder().encode(try askRemote { log, store in try await log.version(version, of: key, in: store) }))
+            return Array(try JSONEncoder().encode(try askRemote(what: "history is kept by a remote") { log, store in
+                try await log.version(version, of: key, in: store)
+            }))
         case .conflicts:
             let conflicts = fileSystem.store.conflicts()
             let devices = try fileSystem.store.deviceNames(of: conflicts.flatMap(\.devices))
@@ -229,6 +231,29 @@ final class ControlSocket: @unchecked Sendable {
             let page = store.changes(after: request.after ?? store.newestCursor, keys: keys)
             let devices = try store.deviceNames(of: page.changes.map(\.device))
             return Array(try JSONEncoder().encode(WatchPage(page: page, devices: devices)))
+        case .setSchema:
+            let text: [UInt8]? = request.remove == true ? nil : bytes
+            if let text {
+                do {
+                    _ = try KeySchema(decoding: text)
+                } catch {
+                    throw CommandFailure("the schema sent cannot be read: \(error)")
+                }
+            }
+            let given = try askRemote(what: "a schema is kept by a remote") { log, store in
+                do {
+                    return try await log.setSchema(text, of: store, ifVersion: request.ifVersion)
+                } catch CloudError.schemaMoved(let current) {
+                    throw CommandFailure("the store's schema is at version \(current), not \(request.ifVersion ?? 0): it changed since; nothing was set")
+                } catch CloudError.refused(let reason) {
+                    throw CommandFailure("the remote refused the schema: \(reason)")
+                }
+            }
+            let held = try fileSystem.store.takeSchema(version: given.version, text: given.text)
+            let violations = fileSystem.store.violations().map(\.description)
+            sync?.record(schemaSet: held, breaking: violations.count)
+            return Array(try JSONEncoder().encode(SchemaListing(version: held.version, text: held.text, unreadable: held.unreadable,
+                                                                violations: violations, keys: fileSystem.store.usage.keys)))
         case .schema, .checkSchema:
             let store = fileSystem.store
             let held = store.schema
@@ -278,14 +303,17 @@ final class ControlSocket: @unchecked Sendable {
         }
     }
 
-    /// Asks the remote, which keeps the history, for at most `remoteDeadline`.
-    private func askRemote<T: Sendable>(_ question: @escaping @Sendable (any ChangeLog, String) async throws -> T) throws -> T {
-        guard let history else { throw CommandFailure("this mount has no remote, and history is kept by a remote") }
+    /// Asks the remote, which keeps what the request wants (`what` says so to a mount without
+    /// one), for at most `remoteDeadline`.
+    private func askRemote<T: Sendable>(what: String, _ question: @escaping @Sendable (any ChangeLog, String) async throws -> T) throws -> T {
+        guard let history else { throw CommandFailure("this mount has no remote, and \(what)") }
         guard let answer = waitFor({ try await question(history.log, history.store) }, timeout: .seconds(Self.remoteDeadline)) else {
             throw CommandFailure("the remote did not answer within \(Self.remoteDeadline) s")
         }
         do {
             return try answer.get()
+        } catch let failure as CommandFailure {
+            throw failure
         } catch let error as CloudError {
             throw CommandFailure("the remote could not answer: \(error.reason)")
         } catch {

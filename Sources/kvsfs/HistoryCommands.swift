@@ -82,7 +82,7 @@ struct Revert: ParsableCommand {
         }
         // Checked before it reaches the file: what a remote sent is not trusted to be a value.
         _ = try key.value(of: found)
-        try ValueFile.write(Array(found.value ?? Data()), to: path)
+        try ValueFile.write(Array(found.value ?? Data()), to: path, key: key)
     }
 }
 

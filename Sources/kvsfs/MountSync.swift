@@ -66,6 +66,10 @@ final class MountSync: MountSynchronizer {
                 logger.notice("kept \(counted(event.keys.count, "conflict")) (kvsfs conflicts lists them): \(event.keys)")
             case .quotaViolation:
                 logger.warning("the remote refused local writes to \(event.keys), rolled back to its values: \(message)")
+            case .schemaChange:
+                logger.notice("\(message)")
+            case .schemaViolation:
+                logger.warning("changes from the remote hold values that break the store's schema, kept as the remote holds them: \(message)")
             case .refusedRemoteChange:
                 logger.warning("a change from the remote was refused: \(event.message ?? "")")
             case .pushDeferred:
@@ -85,6 +89,15 @@ final class MountSync: MountSynchronizer {
         } catch {
             logger.error("\(error); the event was \(event.reason.rawValue) for \(event.keys)")
         }
+    }
+
+    /// Tells of a schema set through this mount (`kvsfs schema set`), as a synced one is told.
+    func record(schemaSet held: HeldSchema, breaking: Int) {
+        let words = held.text == nil
+            ? "the store's schema was removed (version \(held.version)) through this mount"
+            : "the store's schema is now version \(held.version), set through this mount: \(breaking) key\(breaking == 1 ? "" : "s") hold\(breaking == 1 ? "s" : "") values that break it"
+        logger.notice("\(words)")
+        Self.append(SyncEvent(reason: .schemaChange, keys: [], message: words), to: events, logger: logger)
     }
 
     func record(refusedWriteOf key: String, reason: String) {

@@ -6,7 +6,57 @@ import KVStore
 struct Schema: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show a store's schema, and check values against it (kvsfs(1), SCHEMA).",
-        subcommands: [Show.self, Check.self])
+        subcommands: [SetSchema.self, Show.self, Check.self])
+
+    struct SetSchema: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set",
+            abstract: "Set the store's schema from FILE on its remote, for every mount of the store.",
+            discussion: """
+                The remote keeps it with a new version; this mount holds it at once, every other mount at its next \
+                sync round. Values that break it stay (kvsfs schema check lists them); the next write of such a key \
+                must conform. Needs a token that may write the store: on a read-only store the server's administrator \
+                sets it (kvsfs account schema). --if-version sets it only while the store's schema is still at that \
+                version (0: the store has none), as kvsfs status prints it.
+                """)
+
+        @Argument(help: "A kvsfs mount.")
+        var mountpoint: String
+
+        @Argument(help: "The schema, a property list in any format (- for standard input).")
+        var file: String?
+
+        @Flag(help: "Remove the store's schema instead.")
+        var remove = false
+
+        @Option(name: .customLong("if-version"), help: ArgumentHelp("Only while the store's schema is still at this version.", valueName: "version"))
+        var ifVersion: Int64?
+
+        func validate() throws {
+            if remove == (file != nil) { throw ValidationError("give a schema FILE, or --remove") }
+            if let ifVersion, ifVersion < 0 { throw ValidationError("--if-version takes a version of 0 or more") }
+        }
+
+        func run() throws {
+            var text: [UInt8] = []
+            if let file {
+                text = try SchemaText.read(file)
+                do {
+                    _ = try KeySchema(decoding: text)
+                } catch {
+                    throw CommandFailure("\(file): \(error)")
+                }
+            }
+            let listing = try SchemaListing.ask(mountpoint, request: ControlRequest(command: .setSchema, remove: remove, ifVersion: ifVersion), body: text)
+            guard listing.text != nil else {
+                print("the store's schema is removed (version \(listing.version))")
+                return
+            }
+            let count = listing.violations.count
+            print("the store's schema is now version \(listing.version)"
+                + (count == 0 ? "; every value conforms" : "; \(count) of \(listing.keys) keys hold values that break it (kvsfs schema check lists them)"))
+        }
+    }
 
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -134,5 +184,20 @@ enum ChoiceCompletion {
             default: nil
             }
         }.filter { $0.hasPrefix(prefix) }
+    }
+}
+
+/// Why the mount refused a value as invalid, when the reason is the store's schema: asked
+/// after the refusal, of the schema the mount holds, so that `kvsfs set` and `revert` name the
+/// rule instead of the errno's general words.
+enum SchemaExplanation {
+    /// The violation `bytes` make as `key`'s value; nil when the schema cannot be asked (a
+    /// mount of another user's) or does not refuse them.
+    static func violation(of bytes: [UInt8], at key: KeyFile) -> String? {
+        guard let listing = try? SchemaListing.ask(key.mountpoint, request: ControlRequest(command: .schema)),
+              let text = listing.text,
+              let schema = try? KeySchema(decoding: text),
+              let value = try? PropertyListCodec.decode(bytes) else { return nil }
+        return schema.violation(key: key.name, value: value)?.description
     }
 }

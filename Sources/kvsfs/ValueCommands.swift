@@ -138,7 +138,7 @@ struct Set: ParsableCommand {
         } else {
             value = try self.value()
         }
-        try ValueFile.write(try PropertyListCodec.encodeXML(value), to: key.path)
+        try ValueFile.write(try PropertyListCodec.encodeXML(value), to: key.path, key: key)
     }
 
     /// The key's value with members added by `add`, which answers nil when the value is not of
@@ -256,9 +256,17 @@ enum ValueFile {
         return bytes
     }
 
-    static func write(_ bytes: [UInt8], to path: String) throws {
+    /// Writes `bytes` as the whole of `path`. When the mount refuses them as invalid and they
+    /// are `key`'s value, the store's schema is asked why, so that the line names the rule.
+    static func write(_ bytes: [UInt8], to path: String, key: KeyFile? = nil) throws {
+        func failure(_ code: Int32) -> CommandFailure {
+            if code == EINVAL, let key, let words = SchemaExplanation.violation(of: bytes, at: key) {
+                return CommandFailure("cannot write \(path): \(words)")
+            }
+            return CommandFailure("cannot write \(path): \(explain(code))")
+        }
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw CommandFailure("cannot write \(path): \(explain(errno))") }
+        guard fd >= 0 else { throw failure(errno) }
         var offset = 0
         while offset < bytes.count {
             let count = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
@@ -266,16 +274,16 @@ enum ValueFile {
                 if errno == EINTR { continue }
                 let code = errno
                 close(fd)
-                throw CommandFailure("cannot write \(path): \(explain(code))")
+                throw failure(code)
             }
             offset += count
         }
         if fsync(fd) != 0 {
             let code = errno
             close(fd)
-            throw CommandFailure("cannot write \(path): \(explain(code))")
+            throw failure(code)
         }
-        if close(fd) != 0 { throw CommandFailure("cannot write \(path): \(explain(errno))") }
+        if close(fd) != 0 { throw failure(errno) }
     }
 }
 
