@@ -19,7 +19,10 @@ struct MountStatusTests {
 
         let names = try harness.fs.listxattr(inode: .root)
         #expect(names == ["user.kvsfs.bytes", "user.kvsfs.conflicts", "user.kvsfs.key-name-limit", "user.kvsfs.keys", "user.kvsfs.last-sync",
-                          "user.kvsfs.pending", "user.kvsfs.reachable", "user.kvsfs.status", "user.kvsfs.value-limit"])
+                          "user.kvsfs.nonconforming", "user.kvsfs.pending", "user.kvsfs.reachable", "user.kvsfs.schema-version",
+                          "user.kvsfs.status", "user.kvsfs.value-limit"])
+        #expect(try rootAttribute(harness, "user.kvsfs.schema-version") == "0")
+        #expect(try rootAttribute(harness, "user.kvsfs.nonconforming") == "0")
         #expect(try rootAttribute(harness, "user.kvsfs.bytes") == "\(size)/900")
         #expect(try rootAttribute(harness, "user.kvsfs.keys") == "1/3")
         #expect(try rootAttribute(harness, "user.kvsfs.value-limit") == "500")
