@@ -9,6 +9,8 @@
 # kvsfs is mounted as `kvsfs mount` would be by default (syncing with cloud.sqlite in its data
 # directory); KVSFS_MOUNT_OPTIONS adds options, e.g. "--remote none" for the mount alone.
 # KVSFS_BINARY runs that kvsfs instead of building this tree's (for paired runs of two builds).
+# KVSFS_SCHEMA_RULES=N sets a schema of N rules on the store first (kvsfs schema set): N-1 keys'
+# rules and a pattern every key the bench writes matches, so that each write is checked.
 #
 # Each phase's ops/s is the median over ROUNDS runs, its ratio the median of the rounds' ratios
 # (with their range); the three file systems take turns in every
@@ -32,6 +34,17 @@ mount -t tmpfs tmpfs "$work/tmpfs"
 "$work/memfs_ll" "$work/memfs" & pids+=($!)
 "$kvsfs" mount "$work/kvsfs" --data-dir "$work/data" ${KVSFS_MOUNT_OPTIONS:-} & kvsfs_pid=$!; pids+=($kvsfs_pid)
 wait_mounted "$work/memfs"; wait_mounted "$work/kvsfs"
+if [ -n "${KVSFS_SCHEMA_RULES:-}" ]; then
+    {
+        printf '{"keys": {'
+        for i in $(seq 2 "$((KVSFS_SCHEMA_RULES - 1))"); do
+            printf '"setting%d": {"type": "integer", "minimum": 0, "maximum": %d, "description": "A setting."}, ' "$i" "$((i * 100))"
+        done
+        printf '"mode": {"type": "string", "choices": ["fast", "safe"]}},\n'
+        printf ' "patterns": {"key*": {"type": "string", "maxLength": 100000, "pattern": "[a-z]*"}}}\n'
+    } > "$work/schema.json"
+    "$kvsfs" schema set "$work/kvsfs" "$work/schema.json"
+fi
 
 echo "smallfile_bench: $keys keys, $value_bytes-byte values, median of $rounds rounds (ops/s)"
 for round in $(seq "$rounds"); do
