@@ -9,6 +9,10 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The remote could not be reached over the network (`Unreachability` says how, the
     /// words where): retry with backoff.
     case unreachable(Unreachability, String)
+    /// The remote answered, but not in the protocol (not a kvsfs server: a proxy's page, a
+    /// service of another kind on the port): it was reached, so no route is missing; retry
+    /// with backoff.
+    case notProtocol(String)
     /// Busy or rate-limited (a server's 429 or 503): retry after the time given, if any.
     case busy(retryAfter: Duration?, String)
     /// A server refused the token (401: unknown or revoked; 403: it does not reach the store,
@@ -43,8 +47,8 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
     /// The words of the error without the prefix `description` gives them.
     public var reason: String {
         switch self {
-        case .unavailable(let reason), .unreachable(_, let reason), .busy(_, let reason), .notAuthorized(let reason),
-             .storeLimit(let reason), .refused(let reason), .historyMismatch(let reason): reason
+        case .unavailable(let reason), .unreachable(_, let reason), .notProtocol(let reason), .busy(_, let reason),
+             .notAuthorized(let reason), .storeLimit(let reason), .refused(let reason), .historyMismatch(let reason): reason
         default: description
         }
     }
@@ -61,6 +65,7 @@ public enum CloudError: Error, Equatable, Sendable, CustomStringConvertible {
         switch self {
         case .unavailable(let reason): "the remote cannot be reached: \(reason)"
         case .unreachable(_, let words): "the remote cannot be reached: \(words)"
+        case .notProtocol(let reason): "the remote does not speak kvsfs's protocol: \(reason)"
         case .busy(let after, let reason):
             "the remote asked to retry later\(after.map { " (in \($0))" } ?? ""): \(reason)"
         case .notAuthorized(let reason): "the server refused this token: \(reason)"

@@ -49,7 +49,7 @@ extension SyncServer {
                 let seconds = after.map { max(1, $0.components.seconds) } ?? 1
                 logger.warning("answered 503, the storage is busy: \(error.reason)")
                 throw HTTPError(.serviceUnavailable, headers: [.retryAfter: String(seconds)], message: "the server is busy; retry later")
-            case .unavailable, .unreachable, .invalidStoreName:
+            case .unavailable, .unreachable, .notProtocol, .invalidStoreName:
                 throw HTTPError.storageUnavailable(error, logger: logger)
             }
         } catch {

@@ -45,7 +45,7 @@ final class ChangeStream: Sendable {
                     }
                 }
             } catch {
-                failure = error is DecodingError ? CloudError.unavailable("\(base) sent an event that is not the protocol's")
+                failure = error is DecodingError ? CloudError.notProtocol("\(base) sent an event that is not the protocol's")
                                                  : TransportFailure.cloudError(error, base: base)
             }
             let waiters = shared.state.withLock { state in

@@ -254,7 +254,7 @@ public final class HTTPChangeLog: ChangeLog {
         do {
             return try JSONDecoder().decode(T.self, from: data)
         } catch {
-            throw .unavailable("\(base)\(path) sent an answer that is not the protocol's")
+            throw .notProtocol("\(base)\(path) sent an answer that is not the protocol's")
         }
     }
 

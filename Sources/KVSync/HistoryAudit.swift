@@ -26,7 +26,7 @@ extension SyncEngine {
     func noteGap(after error: any Error) {
         guard let error = error as? CloudError else { return }
         switch error {
-        case .unavailable, .unreachable, .busy, .refused: auditCount.withLock { $0.gaps += 1 }
+        case .unavailable, .unreachable, .notProtocol, .busy, .refused: auditCount.withLock { $0.gaps += 1 }
         default: break
         }
     }

@@ -79,6 +79,7 @@ extension SyncEngine {
         case .storeLimit: return "store limit"
         case .refused: return "refused"
         case .unavailable(let reason): return "unavailable \(reason.prefix(200))"
+        case .notProtocol: return "not the protocol"
         case .cursorAhead, .historyDiffers, .historyMismatch: return "history"
         case .invalidStoreName: return error.description
         case .schemaMoved: return "schema moved"

@@ -26,7 +26,7 @@ enum TransportFailure {
                 return .unavailable("the request to \(base) failed")
             }
         }
-        if error is DecodingError { return .unavailable("\(base) sent an answer that is not the protocol's") }
+        if error is DecodingError { return .notProtocol("\(base) sent an answer that is not the protocol's") }
         if let error = error as? CloudError { return error }
         if let error = error as? IOError { return .unavailable("the request to \(base) failed: \(String(cString: strerror(error.errnoCode)))") }
         return .unavailable("the request to \(base) failed")

@@ -173,6 +173,8 @@ final class MountSync: MountSynchronizer {
                 case .connectionLost: return .connectionLost(words)
                 }
             case .unavailable(let reason): return .unreachable(reason)
+            // Reached, and it answered: no route is missing, it cannot serve.
+            case .notProtocol(let reason): return .unavailable(reason)
             default: return .unavailable(error.reason)
             }
         default: return .unavailable(String(describing: error))

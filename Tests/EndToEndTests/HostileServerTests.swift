@@ -58,6 +58,10 @@ struct HostileServerTests {
                             body = json.dumps({"error": {"message": "evil\\n<2>kvsfs[1] critical: FORGED\\r\\x1b[31mred " + "X" * 20000}}).encode()
                             connection.sendall(b"HTTP/1.1 401 Unauthorized\\r\\nConnection: close\\r\\nContent-Type: application/json\\r\\nContent-Length: "
                                                + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
+                        elif mode == "not-kvsfs":
+                            page = b"<html><body>Welcome to the proxy</body></html>"
+                            connection.sendall(b"HTTP/1.1 200 OK\\r\\nConnection: close\\r\\nContent-Type: text/html\\r\\nContent-Length: "
+                                               + str(len(page)).encode() + b"\\r\\n\\r\\n" + page)
                         elif mode == "stalled-body":
                             connection.sendall(b"HTTP/1.1 200 OK\\r\\nConnection: close\\r\\nContent-Type: application/json\\r\\nContent-Length: 1000\\r\\n\\r\\n{")
                             time.sleep(120)
@@ -140,6 +144,26 @@ struct HostileServerTests {
         #expect(!attribute.standardOutput.contains("\n") && attribute.standardOutput.count < 1200, "\(attribute.standardOutput.count)")
         let events = (try? String(contentsOfFile: daemon.dataDirectory + "/default.events.jsonl", encoding: .utf8)) ?? ""
         #expect(events.contains("FORGED") && events.split(separator: "\n").allSatisfy { $0.count < 1400 }, "\(events.count)")
+    }
+
+    @Test("a server that answers outside the protocol is said to be one that cannot serve (EIO), not one out of reach")
+    func notTheProtocol() throws {
+        let dir = TemporaryDirectory("kvsfs-hostile")
+        defer { dir.remove() }
+        let server = try FakeServer("not-kvsfs", in: dir)
+        defer { server.stop() }
+        let daemon = try mount(server, in: dir)
+        defer { daemon.stop() }
+        let sync = try run(kvsfsBinary, ["sync", daemon.mountpoint])
+        #expect(sync.status == 1, "\(sync)")
+        #expect(sync.standardError.contains("the remote could not serve: http://127.0.0.1:\(server.port)"), "\(sync)")
+        #expect(sync.standardError.contains("sent an answer that is not the protocol's"), "\(sync)")
+        #expect(!sync.standardError.contains("cannot be reached"), "\(sync)")
+        let fsync = try shell("""
+            echo pending > \(daemon.path("k"))
+            python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)' \(daemon.mountpoint) 2>&1 | tail -1
+            """)
+        #expect(fsync.standardOutput.contains("[Errno 5] Input/output error"), "\(fsync)")
     }
 
     @Test("a body that stops coming ends the request after its time: the mount says the remote timed out")
