@@ -101,10 +101,24 @@ package enum CloudLedger {
                                                         reason: "the remote holds another change with the same stamp"))
                 continue
             }
-            if let schema = state.schema, current?.stamp != change.stamp, index < admission.values.count,
-               let value = admission.values[index], let violation = schema.violation(key: change.key, value: value) {
-                decision.outcome.refused.append(Refusal(change: change, current: current, reason: violation.description))
-                continue
+            if let schema = state.schema, current?.stamp != change.stamp, let xml = change.value {
+                // The value as admission decoded it; decoded here should the two lists ever
+                // disagree, so that no value passes unjudged.
+                let value: PropertyListValue
+                if index < admission.values.count, let decoded = admission.values[index] {
+                    value = decoded
+                } else {
+                    do {
+                        value = try PropertyListCodec.decode(xml)
+                    } catch {
+                        decision.outcome.refused.append(Refusal(change: change, current: current, reason: "the value cannot be judged against the store's schema: \(error)"))
+                        continue
+                    }
+                }
+                if let violation = schema.violation(key: change.key, value: value) {
+                    decision.outcome.refused.append(Refusal(change: change, current: current, reason: violation.description))
+                    continue
+                }
             }
             if let current, current.stamp >= change.stamp {
                 // A repeat, or superseded: the client fetches the winner. One that conflicts

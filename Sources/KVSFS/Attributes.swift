@@ -166,7 +166,11 @@ extension KeyValueFileSystem {
                 guard let conflict = store.conflict(forKey: key) else { throw FileSystemError.noSuchAttribute }
                 return Array(conflict.summary(names: try store.deviceNames(of: conflict.devices)).utf8)
             case Self.schemaAttribute:
-                guard let words = store.schema.rules?.describe(key) else { throw FileSystemError.noSuchAttribute }
+                let held = store.schema
+                if let reason = held.unreadable {
+                    return Self.attributeValue("the store's schema (version \(held.version)) cannot be read by this kvsfs: \(reason)")
+                }
+                guard let words = held.rules?.describe(key) else { throw FileSystemError.noSuchAttribute }
                 return Self.attributeValue(words)
             default: throw FileSystemError.noSuchAttribute
             }
@@ -198,7 +202,8 @@ extension KeyValueFileSystem {
             }
             var names = sync == nil ? [Self.typeAttribute] : [Self.syncAttribute, Self.typeAttribute]
             if store.conflict(forKey: key) != nil { names.insert(Self.conflictAttribute, at: 0) }
-            if store.schema.rules?.describe(key) != nil { names.append(Self.schemaAttribute) }
+            let held = store.schema
+            if held.unreadable != nil || held.rules?.describe(key) != nil { names.append(Self.schemaAttribute) }
             return names.sorted()
         }
     }

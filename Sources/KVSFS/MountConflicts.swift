@@ -17,7 +17,9 @@ extension KeyValueFileSystem {
             do {
                 return try store.settle(conflict, keeping: side)
             } catch {
-                tell(refusalOf: conflict.key, error)
+                // The value kept refused by a rule, told as a refused write; not a conflict that
+                // moved on, which the command line says.
+                if case StoreError.conflictChanged = error {} else { tell(refusalOf: conflict.key, error) }
                 throw error
             }
         }

@@ -41,13 +41,6 @@ public struct HeldSchema: Sendable {
     }
 }
 
-extension KeySchema {
-    /// Whether some rule has a say over `key`'s value.
-    func judges(_ key: String) -> Bool {
-        !otherKeys || !rules(for: key).isEmpty
-    }
-}
-
 extension KeyValueStore {
     /// The schema this store holds.
     public var schema: HeldSchema { state.withLock { $0.schema } }
@@ -109,15 +102,14 @@ extension HeldSchema {
     /// many pieces would be decoded again at every piece, and the commit decides alone.
     public static let writtenBytesJudged = 65_536
 
-    /// A rule that the bytes written so far as `key`'s value break whatever follows them, so
-    /// that the write() that makes it so fails (a shell hears a failed write(), never a failed
-    /// close()). Nil when they break none, or when what follows could still mend it; the
-    /// commit judges the whole value in any case.
+    /// A rule that the first bytes of `key`'s value break whatever bytes follow them (so that
+    /// the mount can refuse them as they come). Nil when they break none, or when what follows
+    /// could still mend it; the whole value is judged in any case.
     ///
-    /// Settled: a whole document that opens with `<`, `"`, `{`, `[` or `(` (what may follow it
-    /// is whitespace alone), for any rule; unquoted text, which stays a string whatever
-    /// follows, for its type. A binary property list is judged at the commit: its trailer
-    /// comes last.
+    /// Settled: a whole document that opens with `<`, `{`, `[` or `(` (what may follow it is
+    /// whitespace alone), for any rule. A string, quoted or not, may yet become an OpenStep
+    /// dictionary (`"a" = "b";`, `a = b;`) and nothing else: settled only for a type that is
+    /// neither. A binary property list is judged whole: its trailer comes last.
     public func settledViolation(ofWritten bytes: [UInt8], forKey key: String) -> SchemaViolation? {
         guard let rules, rules.judges(key), bytes.count <= Self.writtenBytesJudged else { return nil }
         guard let first = bytes.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D }),
@@ -131,9 +123,10 @@ extension HeldSchema {
             return nil
         }
         guard let violation = rules.violation(key: key, value: value) else { return nil }
-        if Array("<\"{[(".utf8).contains(first) { return violation }
+        if Array("<{[(".utf8).contains(first) { return violation }
         switch violation.breach.part {
-        case .type, .otherKey: return violation
+        case .otherKey: return violation
+        case .type(let type) where !type.admits(.dictionary([:])) && !type.admits(.string("")): return violation
         default: return nil
         }
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A store's schema: what each key's value must be, read from a property list (the manual's
 /// SCHEMA section gives the format and an example).
@@ -21,6 +22,9 @@ public struct KeySchema: Sendable {
     public let patterns: [KeyPatternRule]
     public let otherKeys: Bool
     public let description: String?
+    /// The patterns each key matched, as found once: a key is matched against the patterns
+    /// once per schema, not at every write.
+    private let matched = MatchedPatterns()
 
     public struct KeyPatternRule: Sendable {
         public let pattern: ValuePattern
@@ -79,7 +83,21 @@ public struct KeySchema: Sendable {
     /// The rules `key`'s value must meet: its own, or every matching pattern's.
     public func rules(for key: String) -> [SchemaRule] {
         if let rule = keys[key] { return [rule] }
-        return patterns.filter { $0.pattern.matches(key) }.map(\.rule)
+        return matchingPatterns(key).map(\.rule)
+    }
+
+    /// The key patterns `key` matches, in the order of `patterns`.
+    func matchingPatterns(_ key: String) -> [KeyPatternRule] {
+        guard !patterns.isEmpty else { return [] }
+        if let found = matched.indexes(of: key) { return found.map { patterns[$0] } }
+        let found = patterns.indices.filter { patterns[$0].pattern.matches(key) }
+        matched.keep(found, for: key)
+        return found.map { patterns[$0] }
+    }
+
+    /// Whether some rule has a say over `key`'s value.
+    func judges(_ key: String) -> Bool {
+        !otherKeys || !rules(for: key).isEmpty
     }
 
     /// The first rule `value` breaks as the value of `key`, or nil if it conforms.
@@ -105,6 +123,22 @@ public struct KeySchema: Sendable {
     }
 }
 
+/// The key patterns keys matched, for one schema: bounded, and forgotten whole when full (a
+/// mount's keys are far fewer; a server sees each store's keys again and again).
+private final class MatchedPatterns: Sendable {
+    private static let keysKept = 4096
+    private let found = Mutex<[String: [Int]]>([:])
+
+    func indexes(of key: String) -> [Int]? { found.withLock { $0[key] } }
+
+    func keep(_ indexes: [Int], for key: String) {
+        found.withLock { found in
+            if found.count >= Self.keysKept { found.removeAll(keepingCapacity: true) }
+            found[key] = indexes
+        }
+    }
+}
+
 /// The bounds a schema is read within.
 public enum SchemaLimits {
     /// The largest schema, in bytes of the property list it is written in.
@@ -117,6 +151,10 @@ public enum SchemaLimits {
     public static let keyPatterns = 1000
     /// The longest description, in bytes of UTF-8.
     public static let descriptionBytes = 4096
+    /// The most steps one string's match against a rule's `pattern` may take: a `pattern`
+    /// comes with a `maxLength`, and the two multiplied (`ValuePattern`'s bound on a match)
+    /// stay within this, so that a check costs milliseconds at most.
+    public static let patternSteps = 4_000_000
     /// Bounds passed to the property-list decoder: every rule level is two levels of the
     /// property list, and some to spare.
     static let propertyListDepth = 2 * ruleDepth + 8
@@ -175,6 +213,12 @@ private struct SchemaReader {
             guard type == .string else { throw refuse("pattern needs type string") }
             guard case .string(let source) = written else { throw refuse("pattern is a string: a regular expression") }
             do { pattern = try ValuePattern(regularExpression: source) } catch { throw refuse("\(error)") }
+            // What bounds a match's time: the string's length times the program's.
+            guard let maximumLength else { throw refuse("a pattern needs a maxLength, which bounds the time a match takes") }
+            let steps = (maximumLength + 1).multipliedReportingOverflow(by: pattern!.programLength)
+            guard !steps.overflow, steps.partialValue <= SchemaLimits.patternSteps else {
+                throw refuse("a pattern of \(pattern!.programLength) steps a character with maxLength \(maximumLength) may take more than \(SchemaLimits.patternSteps) steps: lower maxLength or simplify the pattern")
+            }
         }
         var members = [String: SchemaRule]()
         var required = [String]()
@@ -261,7 +305,7 @@ extension KeySchema {
     /// other keys are taken.
     public func describe(_ key: String) -> String? {
         if let rule = keys[key] { return rule.summary }
-        let matching = patterns.filter { $0.pattern.matches(key) }
+        let matching = matchingPatterns(key)
         if matching.isEmpty {
             return otherKeys ? nil : "no rule names this key, and the schema takes no key it does not name"
         }

@@ -56,6 +56,10 @@ public final class SchemaRule: Sendable {
         func broken(_ part: SchemaBreach.Part) -> SchemaBreach { SchemaBreach(path: path, valueType: value.type, part: part) }
         if let type, !type.admits(value) { return broken(.type(type)) }
         if let number = SchemaNumber(value) {
+            // NaN compares false with every bound: it is within none.
+            if case .real(let real) = number, real.isNaN, let bound = minimum ?? maximum {
+                return broken(minimum != nil ? .minimum(bound, found: number) : .maximum(bound, found: number))
+            }
             if let minimum, number < minimum { return broken(.minimum(minimum, found: number)) }
             if let maximum, maximum < number { return broken(.maximum(maximum, found: number)) }
         }

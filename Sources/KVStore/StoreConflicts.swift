@@ -150,10 +150,11 @@ extension KeyValueStore {
             let value = try PropertyListCodec.decode([UInt8](xml))
             guard value.type == side.type else { throw .invalidPropertyList("the kept change is not a value of its type") }
             entry = try QuotaLedger(limits: limits).checkedEntry(key, value, modifiedAt: Date(timeIntervalSince1970: 0))
-            try schema.rules?.check(key: key, value: value)
         }
         let settled = try state.withLock { (state: inout State) throws(StoreError) -> (before: Entry?, after: Entry?) in
             guard state.sync.conflicts[key] == conflict else { throw .conflictChanged(key) }
+            // Under the lock: the schema the change is committed under is the one it meets.
+            if let entry { try state.schema.check(key: key, xml: entry.xml) }
             let before = state.values[key]
             try QuotaLedger(limits: state.limits).checkReplacing(bytes: before?.size, with: entry?.size, usage: state.usage)
             var clock = state.clock

@@ -36,6 +36,9 @@ public struct PreparedImport: Sendable {
     /// Each key's value as the store keeps it.
     let entries: [String: KeyValueStore.Entry]
     let replacing: Bool
+    /// The version of the schema the values were checked against: a schema taken since is
+    /// checked again before the import is committed.
+    let schemaVersion: Int64
 }
 
 extension KeyValueStore {
@@ -46,18 +49,18 @@ extension KeyValueStore {
     public func prepareImport(_ values: [String: PropertyListValue], replacing: Bool) throws(ImportRefusal) -> PreparedImport {
         let keys = values.keys.sorted()
         if let refusal = state.withLock({ firstKeyOverKeyQuota(keys, replacing: replacing, in: $0) }) { throw refusal }
-        let (ledger, rules) = state.withLock { (QuotaLedger(limits: $0.limits), $0.schema.rules) }
+        let (ledger, schema) = state.withLock { (QuotaLedger(limits: $0.limits), $0.schema) }
         let unstamped = Date(timeIntervalSince1970: 0)  // each gets its stamp's time when committed
         var entries = [String: Entry](minimumCapacity: keys.count)
         for key in keys {
             do throws(StoreError) {
                 entries[key] = try ledger.checkedEntry(key, values[key]!, modifiedAt: unstamped)
-                try rules?.check(key: key, value: values[key]!)
+                try schema.rules?.check(key: key, value: values[key]!)
             } catch {
                 throw ImportRefusal(key: key, reason: error)
             }
         }
-        return PreparedImport(keys: keys, entries: entries, replacing: replacing)
+        return PreparedImport(keys: keys, entries: entries, replacing: replacing, schemaVersion: schema.version)
     }
 
     /// Sets every key of an import, and when it was prepared `replacing` removes every key it
@@ -72,6 +75,15 @@ extension KeyValueStore {
         let keys = prepared.keys
         if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: nil, reason: .readOnly(reason)) }
         let result = state.withLock { (state: inout State) -> Result<ImportPlan, ImportRefusal> in
+            if state.schema.version != prepared.schemaVersion {
+                for key in keys {
+                    do throws(StoreError) {
+                        try state.schema.check(key: key, xml: prepared.entries[key]!.xml)
+                    } catch {
+                        return .failure(ImportRefusal(key: key, reason: error))
+                    }
+                }
+            }
             let removals = prepared.replacing ? state.values.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
             var edits = [String: Entry?]()
             var usage = state.usage

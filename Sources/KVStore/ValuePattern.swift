@@ -18,6 +18,9 @@ public struct ValuePattern: Sendable, Equatable {
         public static let repetitionCount = 1000
         /// The longest compiled program: what bounds a match's cost per character.
         public static let instructions = 2000
+        /// The most `*` in a key pattern: each adds a place a match can be at, so they bound a
+        /// key's match to a few steps per character.
+        public static let globStars = 8
     }
 
     /// The pattern as the schema wrote it.
@@ -48,6 +51,7 @@ public struct ValuePattern: Sendable, Equatable {
         }
         var items = [PatternNode]()
         var escaped = false
+        var stars = 0
         for scalar in source.unicodeScalars {
             if escaped {
                 items.append(.scalars(.just(scalar)))
@@ -56,7 +60,12 @@ public struct ValuePattern: Sendable, Equatable {
             }
             switch scalar {
             case "\\": escaped = true
-            case "*": items.append(.repeated(.scalars(.everything), least: 0, most: nil))
+            case "*":
+                stars += 1
+                guard stars <= Limits.globStars else {
+                    throw .invalidSchema("the key pattern \(source.prefix(80).debugDescription) has more than \(Limits.globStars) '*'")
+                }
+                items.append(.repeated(.scalars(.everything), least: 0, most: nil))
             case "?": items.append(.scalars(.everything))
             default: items.append(.scalars(.just(scalar)))
             }

@@ -62,6 +62,9 @@ public final class SyncEngine: Sendable {
     let lastAccountCheck = Mutex<Duration?>(nil)
     /// Gaps in the contact with the remote, and the audits that covered them (`auditIfDue`).
     let auditCount = Mutex(AuditCount())
+    /// The version of a schema the remote gave that the store could not take (`takeSchema`):
+    /// not asked for again, nor told again, until the remote's version moves on.
+    let refusedSchemaVersion = Mutex<Int64?>(nil)
     /// The changes the last push could not get judged, already reported (`reportDeferred`).
     let deferredReported = Mutex<Set<ChangeName>>([])
 

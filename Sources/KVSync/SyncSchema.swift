@@ -10,9 +10,22 @@ extension SyncEngine {
     /// Takes the remote's schema when `version` (what a fetch said the remote holds) is not
     /// the one the store holds, and says so in a `schema-change` event.
     func takeSchema(seen version: Int64) async throws {
-        guard version != store.schema.version else { return }
+        guard version != store.schema.version, version != refusedSchemaVersion.withLock({ $0 }) else { return }
         let given = try await remote.schema(of: remoteStore)
-        let held = try store.takeSchema(version: given.version, text: given.text)
+        // A batch read ahead may say a version this store took since (set through this mount).
+        guard given.version != store.schema.version else { return }
+        let held: HeldSchema
+        do throws(StoreError) {
+            held = try store.takeSchema(version: given.version, text: given.text)
+        } catch {
+            guard case .invalidSchema(let reason) = error else { throw error }
+            // What the remote gave is not one the store can hold: the one held stays, and sync
+            // goes on; said once per version.
+            refusedSchemaVersion.withLock { $0 = version }
+            onEvent(SyncEvent(reason: .schemaChange, keys: [],
+                              message: "the remote gave a schema (version \(given.version)) this mount cannot hold: \(reason); the one held (version \(store.schema.version)) stays"))
+            return
+        }
         let words: String
         if held.text == nil {
             words = "the store's schema was removed (version \(held.version)): values are checked against the quotas alone"

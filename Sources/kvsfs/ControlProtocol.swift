@@ -165,11 +165,10 @@ struct ControlRequest: Codable, Equatable {
         /// first, and the names known of their devices, as JSON `WatchPage`; with no `after`,
         /// with none and the store's newest cursor (`kvsfs watch`).
         case changes
-        /// Answered with the schema the store holds and the values that break it, as JSON
-        /// `SchemaListing`.
+        /// Answered with the schema the store holds, as JSON `SchemaListing` (no values judged).
         case schema
-        /// Followed by a frame with a schema's text; answered as `schema` is, with the values
-        /// that break that schema instead (nothing is set).
+        /// Followed by a frame with a schema's text, or an empty one for the schema held;
+        /// answered as `schema` is, with the values that break it (nothing is set).
         case checkSchema = "check-schema"
         /// Followed by a frame with a schema's text (empty with `remove`): sets it on the
         /// remote (only while its version is still `ifVersion`, when given), then holds it;

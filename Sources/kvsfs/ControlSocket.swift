@@ -249,7 +249,9 @@ final class ControlSocket: @unchecked Sendable {
                     throw CommandFailure("the remote refused the schema: \(reason)")
                 }
             }
-            let held = try fileSystem.store.takeSchema(version: given.version, text: given.text)
+            // Sync may have taken a newer one meanwhile: the newest stays.
+            let held = fileSystem.store.schema.version > given.version
+                ? fileSystem.store.schema : try fileSystem.store.takeSchema(version: given.version, text: given.text)
             let violations = fileSystem.store.violations().map(\.description)
             sync?.record(schemaSet: held, breaking: violations.count)
             return Array(try JSONEncoder().encode(SchemaListing(version: held.version, text: held.text, unreadable: held.unreadable,
@@ -257,15 +259,16 @@ final class ControlSocket: @unchecked Sendable {
         case .schema, .checkSchema:
             let store = fileSystem.store
             let held = store.schema
-            var proposed: KeySchema?
+            // Values are judged for a check alone: against the schema sent, or the one held.
+            var judged: KeySchema?
             if request.command == .checkSchema {
                 do {
-                    proposed = try KeySchema(decoding: bytes)
+                    judged = bytes.isEmpty ? held.rules : try KeySchema(decoding: bytes)
                 } catch {
                     throw CommandFailure("the schema sent cannot be read: \(error)")
                 }
             }
-            let violations = (proposed ?? held.rules).map { store.violations(of: $0).map(\.description) } ?? []
+            let violations = judged.map { store.violations(of: $0).map(\.description) } ?? []
             return Array(try JSONEncoder().encode(SchemaListing(version: held.version, text: held.text, unreadable: held.unreadable,
                                                                 violations: violations, keys: store.usage.keys)))
         case .synchronize, .replaceWithRemote:

@@ -159,9 +159,11 @@ struct Mount: ParsableCommand {
         let fileSystem = KeyValueFileSystem(
             store: keyValueStore,
             configuration: MountConfiguration(format: ValueFormat(rawValue: format)!, readOnly: readOnly, location: location,
-                                              registersDefaults: defaults != nil || sync != nil, allowOther: allowOther),
+                                              registersDefaults: defaults != nil, allowOther: allowOther),
             sync: sync, applier: applier, logger: logger)
-        // A store that syncs may get a schema, whose defaults then take the place of the file's.
+        // A store that syncs may get a schema, whose defaults then take the place of the file's:
+        // shown through the applier, as a writer's creates and unlinks, which the kernel's
+        // cache of names follows.
         let defaultsChoice = DefaultsChoice(fileSystem: fileSystem, file: registered, logger: logger)
         defaultsChoice.start()
         var options = ["fsname=kvsfs:\(store.storeID)", "subtype=kvsfs"]

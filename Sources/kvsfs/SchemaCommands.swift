@@ -89,8 +89,7 @@ struct Schema: ParsableCommand {
         var file: String?
 
         func run() throws {
-            var request = ControlRequest(command: .schema)
-            var body: [UInt8]?
+            var body: [UInt8] = []
             if let file {
                 let text = try SchemaText.read(file)
                 do {
@@ -98,10 +97,9 @@ struct Schema: ParsableCommand {
                 } catch {
                     throw CommandFailure("\(file): \(error)")
                 }
-                request = ControlRequest(command: .checkSchema)
                 body = text
             }
-            let listing = try SchemaListing.ask(mountpoint, request: request, body: body)
+            let listing = try SchemaListing.ask(mountpoint, request: ControlRequest(command: .checkSchema), body: body)
             if file == nil, listing.text == nil {
                 print("the store has no schema: every value conforms")
                 return

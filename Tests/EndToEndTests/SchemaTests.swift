@@ -54,8 +54,8 @@ struct SchemaTests {
                 cd \(a.mountpoint)
                 bash -c 'echo 8080 > port'; echo "text-as-integer=$?"
                 dash -c 'echo "<integer>0</integer>" > port'; echo "below-minimum=$?"
-                bash -c 'echo "\\"turbo\\"" > mode'; echo "not-a-choice=$?"
-                bash -c 'echo "\\"DB_1\\"" > host'; echo "pattern=$?"
+                bash -c 'echo "<string>turbo</string>" > mode'; echo "not-a-choice=$?"
+                bash -c 'echo "<string>DB_1</string>" > host'; echo "pattern=$?"
                 dash -c "echo '{\\"memory\\": 1}' > limits"; echo "required=$?"
                 dash -c "echo '{\\"cpu\\": 0}' > limits"; echo "member-minimum=$?"
                 dash -c "echo '[\\"a\\", \\"b\\", \\"c\\"]' > peers"; echo "max-length=$?"

@@ -14,7 +14,7 @@ struct KeySchemaTests {
             "mode": {"type": "string", "choices": ["fast", "safe"], "default": "safe"},
             "host": {"type": "string", "pattern": "[a-z0-9.-]+", "minLength": 1, "maxLength": 253},
             "token": {"type": "data", "maxLength": 4},
-            "peers": {"type": "array", "maxLength": 3, "items": {"type": "string", "pattern": "[a-z]+"}},
+            "peers": {"type": "array", "maxLength": 3, "items": {"type": "string", "maxLength": 10, "pattern": "[a-z]+"}},
             "limits": {"type": "dictionary", "required": ["cpu"], "otherMembers": false,
                        "members": {"cpu": {"type": "integer", "minimum": 1}, "memory": {"type": "string"}}}
           },
@@ -93,12 +93,18 @@ struct KeySchemaTests {
         #expect(schema.describe("port") == "type integer, minimum 1, maximum 65535, default 8080\nThe port the service listens on.")
         #expect(schema.describe("mode") == #"type string, choices "fast" | "safe", default "safe""#)
         #expect(schema.describe("limits") == #"type dictionary, required "cpu", member "cpu" (type integer, minimum 1), member "memory" (type string), otherMembers false"#)
-        #expect(schema.describe("peers") == #"type array, maxLength 3, items (type string, pattern "[a-z]+")"#)
+        #expect(schema.describe("peers") == #"type array, maxLength 3, items (type string, maxLength 10, pattern "[a-z]+")"#)
         #expect(schema.describe("feature.enabled") == "pattern *.enabled: type boolean\npattern feature.*: type boolean")
         #expect(schema.describe("unnamed") == nil)
         let closed = try KeySchema(decoding: Array(#"{"otherKeys": false, "keys": {"a": {}}}"#.utf8))
         #expect(closed.describe("a") == "any value")
         #expect(closed.describe("b") == "no rule names this key, and the schema takes no key it does not name")
+    }
+
+    @Test("NaN is within no minimum or maximum")
+    func notANumber() throws {
+        #expect(try refusal("ratio", .real(.nan)) == #""ratio": a real breaks the rule minimum 0: it is nan"#)
+        #expect(try refusal("ratio", .real(.infinity)) == #""ratio": a real breaks the rule maximum 1.5: it is inf"#)
     }
 
     @Test("a malformed schema is refused with where and why")
@@ -110,7 +116,10 @@ struct KeySchemaTests {
             (#"{"keys": {"a": {"type": "string", "minimum": 1}}}"#, "keys.a: minimum and maximum need type integer, real or number"),
             (#"{"keys": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}}"#, "keys.a: minimum 5 is above maximum 1"),
             (#"{"keys": {"a": {"type": "integer", "maxLength": 1}}}"#, "keys.a: minLength and maxLength need type string"),
-            (#"{"keys": {"a": {"type": "string", "pattern": "(a"}}}"#, "keys.a: invalid schema: the pattern \"(a\": a '(' is never closed"),
+            (#"{"keys": {"a": {"type": "string", "maxLength": 9, "pattern": "(a"}}}"#, "keys.a: invalid schema: the pattern \"(a\": a '(' is never closed"),
+            (#"{"keys": {"a": {"type": "string", "pattern": "a+"}}}"#, "keys.a: a pattern needs a maxLength"),
+            (#"{"keys": {"a": {"type": "string", "maxLength": 1000000, "pattern": "(a|b|c){100}"}}}"#, "may take more than 4000000 steps"),
+            (#"{"patterns": {"a*b*c*d*e*f*g*h*i*": {}}}"#, "has more than 8 '*'"),
             (#"{"keys": {"a": {"type": "integer", "choices": ["x"]}}}"#, #"keys.a: the choice "x" is not of type integer"#),
             (#"{"keys": {"a": {"type": "integer", "default": "x"}}}"#, "keys.a: the default breaks the rule type integer: it is a string"),
             (#"{"patterns": {"a*": {"type": "integer", "default": 1}}}"#, "patterns.a*: only a key named in keys has a default"),
