@@ -85,7 +85,10 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
         // Made once the storage is open (its files exist) and before the next look: a commit
         // after that look rings it. One per call, so that callers never share a waiter.
         var bell = makeBell()
-        var settling: [Duration] = []
+        // A commit that wrote the log before the bell was made rang nobody, and may show only
+        // once its flush ends, after the first look: look again a few times, as after a ring.
+        // (A mount that pushes at once commits just as the other mounts' watchers look again.)
+        var settling: [Duration] = bell == nil ? [] : Self.settlingLooks
         while true {
             if Task.isCancelled { return false }
             if try await changed() { return true }
@@ -98,13 +101,21 @@ public final class EmbeddedChangeLog<C: Clock>: ChangeLog where C.Duration == Du
                 // after, which raises no event: when a ring comes before the commit shows (or
                 // the committing process is descheduled in between), look again a few times.
                 if await listening.wait(upTo: min(watchedFallback, now.duration(to: deadline)), on: clock) {
-                    settling = [.milliseconds(1), .milliseconds(4), .milliseconds(16), .milliseconds(64), .milliseconds(250)]
+                    settling = Self.settlingLooks
                 }
             } else {
                 if bell != nil { bell = makeBell() }  // its file went away: watch what is there now
                 if !(await sleep(for: pollInterval)) { return false }
             }
         }
+    }
+
+    /// The waits between looks at the cursor while a commit may be written but not yet shown
+    /// (its log being flushed to disk at `synchronous = FULL`, which raises no event): every
+    /// millisecond for as long as a flush mostly takes, then further apart. A look is one read
+    /// of the cursor.
+    private static var settlingLooks: [Duration] {
+        Array(repeating: .milliseconds(1), count: 24) + [.milliseconds(8), .milliseconds(16), .milliseconds(64), .milliseconds(250)]
     }
 
     /// False when the sleep was cancelled: the waiter gave up.

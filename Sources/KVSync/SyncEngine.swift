@@ -24,10 +24,11 @@ public final class SyncEngine: Sendable {
     let remoteStore: String
     let applier: any ExternalChangeApplying
     let onEvent: @Sendable (SyncEvent) -> Void
-    /// How long a local change waits for others to join it before the push.
+    /// While changes come faster than rounds (`SyncLoop.swift`'s `pause`), how long a local
+    /// change waits for others to join it before the push. An idle mount pushes a change at once.
     let debounce: Duration
-    /// Under a steady stream of changes, rounds start at least this far apart, so that each
-    /// pushes many changes.
+    /// While changes come faster than rounds, rounds start at least this far apart, so that
+    /// each carries many changes. Rounds that move one change each are not spaced.
     let minimumInterval: Duration = .milliseconds(10)
     /// After a round that pushed a burst, the next starts at least this long after it began.
     /// A push costs a few transactions however many changes it carries (the remote's, and the
@@ -36,8 +37,8 @@ public final class SyncEngine: Sendable {
     /// what it writes next reaches other mounts, and what they write reaches it, up to 40 ms
     /// later than under the minimum interval alone.
     let burstInterval: Duration = .milliseconds(50)
-    /// A round that pushed this many changes or more pushed a burst; single edits, as people
-    /// make them, keep the minimum interval.
+    /// A round that pushed this many changes or more pushed a burst; a few changes keep the
+    /// minimum interval, and single edits, as people make them, no interval at all.
     let burstSize = 32
     /// How often a round runs with nothing else asking for one.
     let keepAliveInterval: Duration = .seconds(30)
@@ -50,6 +51,9 @@ public final class SyncEngine: Sendable {
     let roundLock = AsyncLock()
     /// Rings when a round is wanted; the loop waits on it.
     let wake = WakeSignal()
+    /// Whether a local change was made since the current round began: the loop lets others
+    /// join it before the next round, while changes come faster than rounds.
+    let localChangeWaiting = Atomic<Bool>(false)
     let tasks = Mutex<[Task<Void, Never>]>([])
     /// What `status` reports; the watcher waits on it for the first round to succeed.
     let state = Watched(Status())
@@ -68,7 +72,8 @@ public final class SyncEngine: Sendable {
     /// The changes the last push could not get judged, already reported (`reportDeferred`).
     let deferredReported = Mutex<Set<ChangeName>>([])
 
-    /// `debounce` is how long a local change waits for others to join it before the push;
+    /// `debounce` is how long a local change waits for others to join it before the push,
+    /// while changes come faster than rounds;
     /// `clock` times every wait (debounce, backoff, retry-after, the periodic round, the
     /// account check); `jitter` draws the backoff's random part.
     public init(store: KeyValueStore, remote: any ChangeLog, remoteStore: String, applier: any ExternalChangeApplying,
@@ -135,21 +140,30 @@ public final class SyncEngine: Sendable {
     }
 
     /// One round: account check, push, audit after a gap, fetch. Rounds never overlap.
-    /// Returns how many changes it pushed.
+    /// Returns how many changes it moved, for the loop to pace the next.
     @discardableResult
-    func round() async throws -> Int {
+    func round() async throws -> RoundTraffic {
         try await roundLock.withLock {
             do {
                 try await checkAccount()
                 let pushed = try await push()
                 try await auditIfDue()
-                try await pull()
+                let fetched = try await pull()
                 noteSuccess()
-                return pushed
+                return RoundTraffic(pushed: pushed, fetched: fetched)
             } catch {
                 if !Self.isCancellation(error) { noteFailure(error) }
                 throw error
             }
         }
     }
+}
+
+/// How many changes a round moved: the loop spaces rounds only while they move more than one.
+struct RoundTraffic {
+    /// The local changes it pushed.
+    var pushed: Int
+    /// The changes made elsewhere that it took in (this mount's own, which the remote gives
+    /// back, are not counted).
+    var fetched: Int
 }

@@ -19,8 +19,8 @@ extension SyncEngine {
     }
 
     /// Fetches and applies what the remote accepted since the cursor. The very first fetch
-    /// into this store is the initial sync.
-    func pull() async throws {
+    /// into this store is the initial sync. Returns how many changes made elsewhere it took in.
+    func pull() async throws -> Int {
         let stored = try storedPosition()
         let reason: SyncEvent.Reason = stored == nil ? .initialSync : .serverChange
         var position = stored ?? .start
@@ -29,13 +29,16 @@ extension SyncEngine {
         var newer = [String: StampedChange]()
         // Every change taken in, in the remote's order: each key's last says its open conflict.
         var given = [StampedChange]()
+        var takenIn = 0
         while true {
             let batch: ChangeBatch
             do {
                 batch = try await fetch(after: fetched.cursor, mark: fetched.mark)
             } catch let error as CloudError where error.isHistoryMismatch {
-                // Found after this round's push: push what the remote lost now.
-                return try await resynchroniseAndPush(because: "the remote's history is not the one this mount saw: \(error)")
+                // Found after this round's push: push what the remote lost now. Once, not a
+                // stream of changes: nothing for the loop to space.
+                try await resynchroniseAndPush(because: "the remote's history is not the one this mount saw: \(error)")
+                return 0
             }
             // Taken before the batch's changes, so that they are judged by the schema they came under.
             try await takeSchema(seen: batch.schemaVersion)
@@ -58,6 +61,7 @@ extension SyncEngine {
             // A failure leaves the cursor where it was: the round fails, and the next one
             // (after backoff) fetches and applies these changes again.
             let changed = newer.isEmpty ? [] : try await apply(newer.values.sorted { $0.stamp < $1.stamp }, mode: .merge)
+            takenIn += newer.count
             let conflicts = try store.takeConflicts(from: given)
             given.removeAll(keepingCapacity: true)
             if fetched != position || !recorded {
@@ -72,6 +76,7 @@ extension SyncEngine {
             if batch.complete { break }
             newer.removeAll(keepingCapacity: true)
         }
+        return takenIn
     }
 
     /// Tells what taking in conflicts did: a `conflict` event for the keys with a new one, and

@@ -1,4 +1,5 @@
 import KVCloud
+import Synchronization
 
 /// The engine's background work: the loop that runs rounds, the watcher that wakes it for
 /// remote changes, and the ticker that wakes it when nothing else has. Every wait is on the
@@ -7,7 +8,12 @@ extension SyncEngine {
     /// Starts syncing in the background: at once, then on every local change, every remote
     /// change, and every `keepAliveInterval`.
     public func start() {
-        store.observeLocalChanges { [wake] in wake.signal() }
+        // Weak: the store the engine holds keeps the observer.
+        store.observeLocalChanges { [weak self] in
+            guard let self else { return }
+            localChangeWaiting.store(true, ordering: .relaxed)
+            wake.signal()
+        }
         let loop = Task.detached { [self] in await runLoop() }
         let watcher = Task.detached { [self] in await watchRemote() }
         let ticker = Task.detached { [self] in await tick() }
@@ -26,24 +32,25 @@ extension SyncEngine {
         for task in tasks.withLock({ $0 }) { await task.value }
     }
 
-    /// Asks for a round without waiting for it: it starts once the interval since the last
-    /// one has passed.
+    /// Asks for a round without waiting for it: it starts at once, or, while changes come
+    /// faster than rounds, once the interval since the last one has passed (`pause`).
     public func requestSync() {
         wake.signal()
     }
 
-    /// Runs a round, then waits for a wake-up and lets a burst of changes gather before the
-    /// next: at least the debounce, and until the minimum interval (the burst interval after a
-    /// round that pushed a burst) has passed since the last round began. A round that fails is
-    /// retried after the remote's retry-after if it gave one, else after a backoff that grows
-    /// with each failure in a row.
+    /// Runs a round, then waits for a wake-up and for the pause the round calls for (`pause`).
+    /// A round that fails is retried after the remote's retry-after if it gave one, else after
+    /// a backoff that grows with each failure in a row.
     private func runLoop() async {
         var backoff = Backoff()
         while !Task.isCancelled {
             let roundStart = clock.elapsed
-            let pushed: Int
+            // A change made from here on may miss this round's push: the next round's pause
+            // lets others join it.
+            localChangeWaiting.store(false, ordering: .relaxed)
+            let traffic: RoundTraffic
             do {
-                pushed = try await round()
+                traffic = try await round()
                 backoff.reset()
             } catch {
                 let delay = (error as? CloudError)?.retryAfter ?? nextWait(of: &backoff)
@@ -51,10 +58,27 @@ extension SyncEngine {
                 continue
             }
             await wake.wait()
-            let interval = pushed >= burstSize ? burstInterval : minimumInterval
-            let sinceLast = clock.elapsed - roundStart
-            do { try await clock.sleep(for: max(debounce, interval - sinceLast)) } catch { return }
+            let localChange = localChangeWaiting.load(ordering: .relaxed)
+            let wait = pause(after: traffic, sinceItBegan: clock.elapsed - roundStart, localChange: localChange)
+            guard wait > .zero else { continue }
+            do { try await clock.sleep(for: wait) } catch { return }
         }
+    }
+
+    /// How long the loop waits, once woken, before the next round.
+    ///
+    /// A round that moved at most one change (pushed or taken in) leaves the mount idle: the
+    /// next round starts at once, so that a single change, as people make them, reaches the
+    /// remote and the other mounts without waiting. (An editor's save is one change of the
+    /// store already: its scratch files never reach it.) A round that moved more means changes
+    /// come faster than rounds, a burst or a stream: the next round starts no sooner than the
+    /// minimum interval (the burst interval after a push of `burstSize` or more) after that one
+    /// began, and, when a local change woke it, not before the debounce has let others join
+    /// that change; so that each round carries many changes.
+    func pause(after traffic: RoundTraffic, sinceItBegan elapsed: Duration, localChange: Bool) -> Duration {
+        guard traffic.pushed + traffic.fetched > 1 else { return .zero }
+        let interval = traffic.pushed >= burstSize ? burstInterval : minimumInterval
+        return max(localChange ? debounce : .zero, interval - elapsed)
     }
 
     /// Wakes the loop when the remote has changes after the position fetched up to, then lets

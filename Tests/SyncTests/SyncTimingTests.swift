@@ -8,9 +8,10 @@ import Testing
 
 /// When the engine talks to the remote, on a manual clock: what it does is decided by the
 /// time the test sets, never by how long anything takes. The only tasks asleep on the clock
-/// are the engine's ticker and its loop (a debounce, a backoff or a retry-after): the remote's
-/// waits for changes are timed by a clock of their own that nobody advances, so they end only
-/// when the remote has changes as they start.
+/// are the engine's ticker and its loop (a debounce, an interval between rounds, a backoff or
+/// a retry-after), and the watcher once it has woken the loop: the remote's waits for changes
+/// are timed by a clock of their own that nobody advances, so they end only when the remote
+/// has changes as they start, or (with `ringing`) when the test rings.
 @Suite("The sync engine's timing", .hangGuard)
 struct SyncTimingTests {
     @Test("after each failure in a row the wait grows from 50 ms, doubling, to at most 30 s, drawn from the generator given")
@@ -50,9 +51,7 @@ struct SyncTimingTests {
             try await rig.startSynchronized()
             rig.link.answerBusy(retryAfter: .seconds(7))
             try rig.store.put(.string("v"), forKey: "k")
-            try await rig.clock.waitForSleepers(2)  // the debounce
-            rig.clock.advanceToNextDeadline()
-            try await rig.waitForLog { $0.calls("push").count == 1 }
+            try await rig.waitForLog { $0.calls("push").count == 1 }  // at once: the mount was idle
             try await rig.clock.waitForSleepers(2)  // the retry-after
             let refused = try #require(rig.log.calls("push").first).time
 
@@ -61,32 +60,68 @@ struct SyncTimingTests {
             #expect(rig.clock.advance(by: .nanoseconds(1)) == 1)
             try await rig.waitForLog { $0.calls("push").count == 2 }
             #expect(rig.log.calls("push")[1].time == refused.advanced(by: .seconds(7)))
-            try await rig.waitForRoundEnd()
+            // The round fetches once the remote's acceptance is recorded.
+            try await rig.waitForLog { $0.calls("fetch").contains { $0.time.offset == .seconds(7) } }
             #expect(rig.store.syncState(forKey: "k") == .synced)
         }
     }
 
-    @Test("changes made within the debounce window travel in one push, when the window ends")
+    @Test("a single change made less than 10 ms after a round that moved at most one is pushed at once; one after another, each reaches the remote when it is made")
+    func singleChangesArePushedAtOnce() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir)
+            try await rig.startSynchronized()
+            for index in 1...3 {
+                // Less than the minimum interval and more than the debounce after the last round.
+                rig.clock.advance(by: .milliseconds(3))
+                try rig.store.put(.integer(index), forKey: "k")
+                try await rig.waitForLogUnstuck { $0.calls("push").count == index }
+                let push = rig.log.calls("push")[index - 1]
+                #expect(push.time.offset == .milliseconds(3 * index), "change \(index) made at \(Duration.milliseconds(3 * index)), pushed at \(push.time)")
+                #expect(push.changes == 1)
+            }
+        }
+    }
+
+    @Test("a change made elsewhere, less than 10 ms after a round that moved nothing, is fetched as soon as the remote tells of it")
+    func remoteChangeIsFetchedAtOnce() async throws {
+        try await withTemporaryDirectory { dir in
+            let rig = try Rig(in: dir, ringing: true)
+            try await rig.startSynchronized()
+            try await rig.waitForLog { !$0.calls("wait").isEmpty }  // the watcher listens
+            rig.clock.advance(by: .milliseconds(3))
+            try await rig.writeElsewhere(.string("elsewhere"), forKey: "k")
+            let fetches = rig.log.calls("fetch").count
+            rig.log.bell?.ring()
+            try await rig.waitForLogUnstuck { $0.calls("fetch").count > fetches }
+            let fetch = rig.log.calls("fetch")[fetches]
+            #expect(fetch.time.offset == .milliseconds(3), "told at t+3 ms, fetched at \(fetch.time)")
+            let told = await rig.nextEvent { $0.reason == .serverChange }
+            #expect(told?.keys == ["k"])
+            let held = try rig.store.entry(forKey: "k").map { try PropertyListCodec.decode($0.xml) }
+            #expect(held == .string("elsewhere"))
+        }
+    }
+
+    @Test("after a round that moved several changes, the changes made next wait for the debounce, and travel in one push when it ends")
     func burstIsOnePush() async throws {
         try await withTemporaryDirectory { dir in
             let rig = try Rig(in: dir, debounce: .seconds(1))
             try await rig.startSynchronized()
+            try rig.store.apply([.put("a", .integer(1)), .put("b", .integer(2))])
+            try await rig.waitForLogUnstuck { $0.calls("push").count == 1 }
             try rig.store.put(.integer(0), forKey: "k0")
             try await rig.clock.waitForSleepers(2)  // the window opened by the first change
             for index in 1..<10 { try rig.store.put(.integer(index), forKey: "k\(index)") }
             #expect(rig.clock.advance(by: .seconds(1) - .nanoseconds(1)) == 0)
-            #expect(rig.log.calls("push").isEmpty)
+            #expect(rig.log.calls("push").count == 1)
             #expect(rig.clock.advance(by: .nanoseconds(1)) == 1)
-            try await rig.waitForRoundEnd()
-            // Another round, which finds nothing left to push.
-            rig.clock.advanceToNextDeadline()
-            try await rig.waitForRoundEnd()
-            #expect(rig.log.calls("push").map(\.changes) == [10])
-            #expect(rig.store.pendingChanges().isEmpty)
+            try await rig.waitForLog { $0.calls("push").count == 2 }
+            #expect(rig.log.calls("push").map(\.changes) == [2, 10])
         }
     }
 
-    @Test("a change made after a push of 32 changes reaches the remote 50 ms after that push began; after a smaller push, 10 ms after")
+    @Test("a change made after a push of 32 changes reaches the remote 50 ms after that push began; after a push of 2, 10 ms after; after a push of one, at once")
     func burstSpacesRounds() async throws {
         try await withTemporaryDirectory { dir in
             let rig = try Rig(in: dir)
@@ -95,27 +130,32 @@ struct SyncTimingTests {
             // test's clock are the ticker and the loop.
             try await rig.waitForLog { !$0.calls("wait").isEmpty }
             try rig.store.apply((0..<32).map { .put("k\($0)", .integer($0)) })
-            try await rig.clock.waitForSleepers(2)  // the minimum interval since the round at start
-            rig.clock.advanceToNextDeadline()
-            try await rig.waitForLog { $0.calls("push").count == 1 }
+            try await rig.waitForLogUnstuck { $0.calls("push").count == 1 }  // at once: the round at start moved nothing
             let burst = try #require(rig.log.calls("push").first)
-            #expect(burst.changes == 32)
+            #expect(burst.changes == 32 && burst.time.offset == .zero)
 
-            // Once the last round has ended and the loop sleeps, a change: the round that pushes
-            // it starts when the interval that round set has passed, and not a nanosecond sooner.
-            func pushOfNextChange(waiting interval: Duration) async throws -> CallLog.Call {
+            // Changes made once the last push has reached the remote: the round that pushes them
+            // starts when the interval that push's round set has passed, and not a nanosecond
+            // sooner (at once for none).
+            func pushOf(_ changes: [KeyChange], waiting interval: Duration) async throws -> CallLog.Call {
                 let pushes = rig.log.calls("push").count
-                try await rig.waitForRoundEnd()
-                try rig.store.put(.integer(pushes), forKey: "late")
-                try #require(rig.clock.advance(by: interval - .nanoseconds(1)) == 0, "nothing is due before \(interval)")
-                try #require(rig.clock.advance(by: .nanoseconds(1)) == 1)
-                try await rig.waitForLog { $0.calls("push").count == pushes + 1 }
+                try rig.store.apply(changes)
+                if interval > .zero {
+                    try await rig.clock.waitForSleepers(2)  // the loop, and the ticker
+                    try #require(rig.clock.advance(by: interval - .nanoseconds(1)) == 0, "nothing is due before \(interval)")
+                    try #require(rig.clock.advance(by: .nanoseconds(1)) == 1)
+                }
+                try await rig.waitForLogUnstuck { $0.calls("push").count == pushes + 1 }
                 return rig.log.calls("push")[pushes]
             }
-            let afterBurst = try await pushOfNextChange(waiting: .milliseconds(50))
+            let afterBurst = try await pushOf([.put("late", .integer(1))], waiting: .milliseconds(50))
             #expect(afterBurst.time == burst.time.advanced(by: .milliseconds(50)) && afterBurst.changes == 1)
-            let afterSingle = try await pushOfNextChange(waiting: .milliseconds(10))
-            #expect(afterSingle.time == afterBurst.time.advanced(by: .milliseconds(10)))
+            let afterSingle = try await pushOf([.put("late", .integer(2)), .put("other", .integer(2))], waiting: .zero)
+            #expect(afterSingle.time == afterBurst.time && afterSingle.changes == 2)
+            let afterTwo = try await pushOf([.put("late", .integer(3))], waiting: .milliseconds(10))
+            #expect(afterTwo.time == afterSingle.time.advanced(by: .milliseconds(10)))
+            let afterOne = try await pushOf([.put("late", .integer(4))], waiting: .zero)
+            #expect(afterOne.time == afterTwo.time)
         }
     }
 
@@ -128,10 +168,8 @@ struct SyncTimingTests {
             #expect(rig.clock.advance(by: .seconds(30) - .nanoseconds(1)) == 0, "nothing is due before 30 s")
             #expect(rig.log.calls("fetch").count == 2)
             #expect(rig.clock.advance(by: .nanoseconds(1)) == 1, "the ticker")
-            try await rig.clock.waitForSleepers(2)  // the ticker again, and the round's debounce
-            rig.clock.advanceToNextDeadline()
             try await rig.waitForLog { $0.calls("fetch").count == 3 }
-            #expect(try #require(rig.log.calls("fetch").last).time.offset >= .seconds(30))
+            #expect(try #require(rig.log.calls("fetch").last).time.offset == .seconds(30), "at once: the last round moved nothing")
         }
     }
 
@@ -191,16 +229,22 @@ private final class Rig {
     let log: CallLog
     let store: KeyValueStore
     let engine: SyncEngine
+    private let dir: TemporaryDirectory
+    private let cloud = MemoryCloudStorage()
     private var arrivals: AsyncStream<CallLog.Call>.Iterator
+    private var events: AsyncStream<SyncEvent>.Iterator
 
-    init(in dir: TemporaryDirectory, debounce: Duration = .milliseconds(2), seed: UInt64 = 1) throws {
-        let cloud = MemoryCloudStorage()
-        link = InterruptibleRemote(EmbeddedChangeLog(description: "memory", clock: ManualClock()) { cloud })
-        log = CallLog(link, clock: clock)
+    /// `ringing`: the watcher's waits for remote changes answer when the test rings.
+    init(in dir: TemporaryDirectory, debounce: Duration = .milliseconds(2), seed: UInt64 = 1, ringing: Bool = false) throws {
+        self.dir = dir
+        link = InterruptibleRemote(EmbeddedChangeLog(description: "memory", clock: ManualClock()) { [cloud] in cloud })
+        log = CallLog(link, clock: clock, bell: ringing ? RemoteBell() : nil)
         arrivals = log.arrivals.makeAsyncIterator()
         store = try makeStore(in: dir)
+        let (told, tell) = AsyncStream.makeStream(of: SyncEvent.self)
+        events = told.makeAsyncIterator()
         engine = SyncEngine(store: store, remote: log, remoteStore: "default", applier: StoreApplier(store: store), debounce: debounce,
-                            clock: clock, jitter: SeededGenerator(seed: seed))
+                            clock: clock, jitter: SeededGenerator(seed: seed), onEvent: { tell.yield($0) })
     }
 
     deinit { engine.stop() }
@@ -220,19 +264,43 @@ private final class Rig {
         }
     }
 
-    /// Returns once the loop has ended the round it is in: it is asked for another, whose
-    /// debounce then shows on the clock beside the ticker.
-    func waitForRoundEnd() async throws {
-        engine.requestSync()
-        try await clock.waitForSleepers(2)
+    /// As `waitForLog`, for what the engine should do without waiting: should it sleep on the
+    /// clock instead, the clock is moved on to the next deadline every 3 s of real time, so
+    /// that the test fails on the times noted rather than hanging.
+    func waitForLogUnstuck(_ condition: (CallLog) -> Bool) async throws {
+        let nudger = Task { [clock] in
+            while true {
+                try await Task.sleep(for: .seconds(3))
+                clock.advanceToNextDeadline()
+            }
+        }
+        defer { nudger.cancel() }
+        try await waitForLog(condition)
     }
 
-    /// Moves the clock to `time` and returns once a round started there has fetched.
+    /// The next event the engine tells that `matching` picks, nil once it has stopped.
+    func nextEvent(_ matching: (SyncEvent) -> Bool) async -> SyncEvent? {
+        while let event = await events.next() {
+            if matching(event) { return event }
+        }
+        return nil
+    }
+
+    /// Moves the clock to `time`, asks for a round, and returns once a round started there has
+    /// fetched: at once, as the rounds of these tests move nothing.
     func round(at time: Duration) async throws {
         clock.advance(to: ManualClock.Instant(offset: time))
-        try await waitForRoundEnd()
-        clock.advanceToNextDeadline()
+        engine.requestSync()
         try await waitForLog { $0.calls("fetch").contains { $0.time.offset >= time } }
+    }
+
+    /// Another mount writes `value` to `key` and pushes it, through a remote of its own on the
+    /// same storage: nothing this engine's remote notes.
+    func writeElsewhere(_ value: PropertyListValue, forKey key: String) async throws {
+        let other = try KeyValueStore(path: (dir.path as NSString).appendingPathComponent("elsewhere.sqlite"))
+        try other.put(value, forKey: key)
+        let remote = EmbeddedChangeLog(description: "memory", clock: ManualClock()) { [cloud] in cloud }
+        try await SyncEngine(store: other, remote: remote, remoteStore: "default", applier: StoreApplier(store: other)).synchronize()
     }
 }
 
@@ -248,15 +316,18 @@ final class CallLog: ChangeLogWrapper {
     }
 
     let base: any ChangeLog
+    /// When set, the watcher's waits for changes answer true when it rings, and never else.
+    let bell: RemoteBell?
     private let clock: ManualClock
     private let recorded = Mutex<[Call]>([])
     /// Every call as it reaches the remote.
     let arrivals: AsyncStream<Call>
     private let arrival: AsyncStream<Call>.Continuation
 
-    init(_ base: any ChangeLog, clock: ManualClock) {
+    init(_ base: any ChangeLog, clock: ManualClock, bell: RemoteBell? = nil) {
         self.base = base
         self.clock = clock
+        self.bell = bell
         (arrivals, arrival) = AsyncStream.makeStream(of: Call.self)
     }
 
@@ -287,11 +358,32 @@ final class CallLog: ChangeLogWrapper {
 
     func waitForChanges(in store: String, after cursor: Int64, mark: HistoryMark?, timeout: Duration) async throws(CloudError) -> Bool {
         note("wait")
+        if let bell { return await bell.wait() }
         return try await base.waitForChanges(in: store, after: cursor, mark: mark, timeout: timeout)
     }
 
     func renewIdentity(replacing seen: String) async throws(CloudError) -> Bool {
         note("renew")
         return try await base.renewIdentity(replacing: seen)
+    }
+}
+
+/// The test's word that the remote has changes: each ring answers one wait.
+final class RemoteBell: Sendable {
+    private let rings: AsyncStream<Void>
+    private let ringer: AsyncStream<Void>.Continuation
+
+    init() {
+        (rings, ringer) = AsyncStream.makeStream(of: Void.self)
+    }
+
+    func ring() {
+        ringer.yield()
+    }
+
+    /// True after a ring; false once the waiting task is cancelled (the engine stops).
+    func wait() async -> Bool {
+        var next = rings.makeAsyncIterator()
+        return await next.next() != nil
     }
 }
