@@ -141,7 +141,7 @@ final class MountSync: MountSynchronizer {
         let reachability: SyncStanding.Reachability =
             status.lastError.map { .offline($0) } ?? (status.lastSync == nil ? .connecting : .reachable)
         return SyncStanding(remote: remote.description, reachability: reachability, lastSync: status.lastSync,
-                            eventLog: events.path, eventCursor: events.lastCursor)
+                            eventLog: events.path, eventCursor: events.lastCursor, remoteCursor: engine.remoteCursor)
     }
 
     /// Runs `work` from the control socket's thread, waiting for it within `waits`' bounds;
