@@ -69,5 +69,11 @@ extension ControlSocket {
             // Stored on the remote: the mount's next fetch brings it all the same.
             throw CommandFailure("the remote took the change, but this mount could not show it yet (it will with the next sync): \(error)")
         }
+        // A remote answers with each accepted change as it read it: a server older than
+        // conditions reads none, and stores the change as any other.
+        if outcome.accepted.contains(where: { $0.condition == nil }) {
+            throw CommandFailure("the remote took the change without judging its condition: it is a kvsfs serve older than "
+                                 + "conditional writes (update it); the change was made as an ordinary write")
+        }
     }
 }
