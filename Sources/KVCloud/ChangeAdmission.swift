@@ -134,6 +134,7 @@ package enum ChangeAdmission {
         if case .change(let replaced) = change.replaces { try rule.checkFields(replaced) }
         if let name = change.deviceName { try DeviceName.check(name) }
         for settled in change.settles { try rule.checkFields(settled) }
+        try change.condition?.check()
         var admitted = change
         admitted.key = KeyName.canonical(change.key)
         admitted.value = try admit(change.value, of: change.type, budget: &budget, decoded: &decoded)

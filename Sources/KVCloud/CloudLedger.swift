@@ -58,10 +58,41 @@ package enum CloudLedger {
     /// schema's words (the key, the value's type and the rule); a deletion never is, nor a
     /// change the store holds already (pushed again), so that values stored before the schema
     /// stay as they are. A superseded change is judged too: it may be kept as a conflict.
-    package static func decide(_ admission: Admission, current: [String: StampedChange], state: CloudStoreState,
-                               storesNUL: Bool = true, unreadable: [String: String] = [:], kept layout: KeptLayout = .list) -> PushDecision {
+    ///
+    /// A conditional change (`StampedChange.condition`) is judged against `versions`: the
+    /// version (`KeyVersion.version`, the cursor of the key's newest accepted change, which a
+    /// change given again with a conflict does not move) of each current row it names. It is
+    /// stored, as a new version and never as a conflict, exactly when its condition holds, and
+    /// refused with words saying where the key stands otherwise; the conditional changes of one
+    /// push are stored together or not at all, whatever refused one of them.
+    package static func decide(_ admission: Admission, current: [String: StampedChange], versions: [String: Int64] = [:],
+                               state: CloudStoreState, storesNUL: Bool = true, unreadable: [String: String] = [:],
+                               kept layout: KeptLayout = .list) -> PushDecision {
+        let decision = decideEach(admission, current: current, versions: versions, state: state, storesNUL: storesNUL,
+                                  unreadable: unreadable, kept: layout)
+        guard let first = decision.outcome.refused.first(where: { $0.change.condition != nil }),
+              decision.writes.contains(where: { written in
+                  admission.changes.contains { $0.condition != nil && $0.key == written.change.key && $0.stamp == written.change.stamp }
+              }) else { return decision }
+        // One was refused and others would be stored: decided again with every conditional
+        // change refused, so that the rows and totals are those of the others alone.
+        var held = admission
+        for (index, entry) in held.entries.enumerated() {
+            guard case .success(let change) = entry, change.condition != nil else { continue }
+            let own = decision.outcome.refused.first { $0.change.key == change.key && $0.change.stamp == change.stamp }
+            held.entries[index] = .failure(.init(refusal: own ?? Refusal(change: change, current: nil, reason:
+                "not stored: it was pushed together with a change of \(first.change.key.debugDescription), which was refused: \(first.reason)")))
+        }
+        return decideEach(held, current: current, versions: versions, state: state, storesNUL: storesNUL, unreadable: unreadable, kept: layout)
+    }
+
+    /// `decide`, each change on its own.
+    private static func decideEach(_ admission: Admission, current: [String: StampedChange], versions: [String: Int64],
+                                   state: CloudStoreState, storesNUL: Bool, unreadable: [String: String],
+                                   kept layout: KeptLayout) -> PushDecision {
         var decision = PushDecision(outcome: PushOutcome(cursorBefore: state.cursor), state: state)
         var latest = current
+        var versions = versions
         // Whether a row this push writes is not a change as the pusher sent it.
         var notAsPushed = false
         let ledger = QuotaLedger(limits: state.limits)
@@ -120,6 +151,23 @@ package enum CloudLedger {
                     continue
                 }
             }
+            if let condition = change.condition {
+                if let current, current.stamp == change.stamp {
+                    // Stored already (pushed again after its answer was lost): as it was.
+                    decision.outcome.accepted.append(change)
+                    continue
+                }
+                if let violation = condition.violation(current: current, version: current == nil ? nil : versions[change.key]) {
+                    decision.outcome.refused.append(Refusal(change: change, current: current, reason: violation))
+                    continue
+                }
+                if let current, current.stamp > change.stamp {
+                    // Stored, it would be passed over by every replica that holds the newer.
+                    decision.outcome.refused.append(Refusal(change: change, current: current, reason:
+                        "the key's latest change on the remote is stamped later than this one (its device's clock is ahead): nothing was stored; sync, then try again"))
+                    continue
+                }
+            }
             if let current, current.stamp >= change.stamp {
                 // A repeat, or superseded: the client fetches the winner. One that conflicts
                 // with it is kept with the key's conflict, and the winner given again with it,
@@ -157,7 +205,8 @@ package enum CloudLedger {
             // what lost to the key's change goes on with it, but for what its writer held.
             var lost: [KeptChange] = []
             if let current {
-                let concurrent = ConflictRule.isConcurrent(change, with: current)
+                // A conditional change replaced exactly what it names: never a conflict.
+                let concurrent = change.condition == nil && ConflictRule.isConcurrent(change, with: current)
                 lost = ConflictRule.losers(current.lost + (concurrent ? [current.kept] : []), winner: change, pushed: change)
             }
             let usage = decision.state.usage
@@ -178,6 +227,7 @@ package enum CloudLedger {
             stored.settles = []
             // The name goes to the device's, not the row's (`PushOutcome.deviceNames`).
             stored.deviceName = nil
+            stored.condition = nil
             stored.lost = lost
             if !stored.lost.isEmpty || !(current?.lost.isEmpty ?? true) { notAsPushed = true }
             decision.state.cursor += 1
@@ -185,6 +235,7 @@ package enum CloudLedger {
             decision.state.keptBytes += grown
             decision.writes.append(.init(change: stored, cursor: decision.state.cursor, isVersion: true))
             latest[change.key] = stored
+            versions[change.key] = decision.state.cursor
             decision.outcome.accepted.append(change)
         }
         // Such rows (a winner given again, a conflict opened or settled) the pusher must fetch.

@@ -85,8 +85,15 @@ public final class MemoryCloudStorage: CloudStorage {
             var rows = stores[store] ?? StoreRows()
             try rows.check(mark)
             var current = [String: StampedChange]()
-            for key in admitted.keys { current[key] = rows.latest[key]?.change }
-            let decision = CloudLedger.decide(admitted, current: current,
+            var versions = [String: Int64]()
+            for key in admitted.keys {
+                guard let row = rows.latest[key] else { continue }
+                current[key] = row.change
+                // A key's newest version is never dropped; the row's cursor for a key held
+                // before versions were kept.
+                versions[key] = rows.versions[key]?.last?.version ?? row.cursor
+            }
+            let decision = CloudLedger.decide(admitted, current: current, versions: versions,
                                               state: CloudStoreState(limits: rows.limits, usage: rows.usage, cursor: rows.cursor,
                                                                      keptBytes: rows.keptBytes, schema: rows.decodedSchema))
             for write in decision.writes {

@@ -176,6 +176,25 @@ extension SQLiteCloudStorage {
             return (rows, unreadable)
         }
 
+        /// The version (`KeyVersion.version`) of the stored latest change of each of `keys`
+        /// that has a row, as `history` counts it: the cursor of its version row (found by
+        /// stamp: a row given again with a conflict moved to a new cursor), or the row's own
+        /// cursor when none holds it (an older kvsfs sharing the file records none). Asked
+        /// for the keys of conditional changes alone.
+        func versions(_ keys: Set<String>) throws -> [String: Int64] {
+            let statement = try db.cachedStatement(sql: """
+                SELECT coalesce((SELECT max(v.cursor) FROM cloudVersion v WHERE v.store = c.store AND v.key = c.key
+                                     AND v.time = c.time AND v.counter = c.counter AND v.device = c.device), c.cursor)
+                FROM cloudChange c WHERE c.store = ? AND c.key = CAST(? AS TEXT)
+                """)
+            var versions = [String: Int64]()
+            for key in keys {
+                // The key as bytes: GRDB binds text only up to a NUL, which a key may hold.
+                versions[key] = try Int64.fetchOne(statement, arguments: [store, Data(key.utf8)])
+            }
+            return versions
+        }
+
         /// The most keys one statement of `current` looks up: far below SQLite's limit on
         /// parameters (32766).
         static let lookupBatch = 256

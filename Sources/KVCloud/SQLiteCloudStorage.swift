@@ -376,7 +376,8 @@ public final class SQLiteCloudStorage: CloudStorage {
         let (current, unreadable) = try table.current(admission.keys)
         var state = table.state
         state.schema = try schemas.schema(of: store, at: try schemaVersion(of: store, db)) { try schema(of: store, db).text }
-        let decision = CloudLedger.decide(admission, current: current, state: state, unreadable: unreadable)
+        let versions = try table.versions(Set(admission.changes.filter { $0.condition != nil }.map(\.key)))
+        let decision = CloudLedger.decide(admission, current: current, versions: versions, state: state, unreadable: unreadable)
         try table.apply(decision, current: current, now: admission.now)
         try keep(decision.outcome.deviceNames, in: store, db)
         return decision.outcome

@@ -62,8 +62,9 @@ extension PostgresServerStorage {
                 results.append(.failure(error))
                 continue
             }
-            let current = rows.filter { push.pushedKeys.contains($0.key) }.mapValues(\.change)
-            let decision = CloudLedger.decide(push.admitted, current: current, state: state, storesNUL: false, kept: .rows)
+            let pushed = rows.filter { push.pushedKeys.contains($0.key) }
+            let decision = CloudLedger.decide(push.admitted, current: pushed.mapValues(\.change),
+                                              versions: pushed.compactMapValues(\.version), state: state, storesNUL: false, kept: .rows)
             for write in decision.writes {
                 let (change, cursor) = (write.change, write.cursor)
                 // A key whose removal was accepted longer ago than the retention time has no
@@ -73,7 +74,9 @@ extension PostgresServerStorage {
                 if write.isVersion, touched.insert(written).inserted, locked.rows[push.store]?[change.key]?.change.isTombstone == true {
                     forgotten.append((written, cursor, history.policy.oldestKeptRemoval(now: push.admitted.now)))
                 }
-                let row = KeyRow(change: change, cursor: cursor)
+                // A change given again keeps its version; a push later in the group judges by it.
+                let version = write.isVersion ? cursor : locked.rows[push.store]?[change.key]?.version
+                let row = KeyRow(change: change, cursor: cursor, version: version)
                 locked.rows[push.store, default: [:]][change.key] = row
                 versions.append((push.store, row, push.admitted.now, write.isVersion))
             }
@@ -332,6 +335,11 @@ extension PostgresServerStorage {
     private static func lock(_ stores: [String], keys group: [GroupedPush], _ db: PostgresConnection, _ logger: Logger) async throws -> Locked {
         var seen = Set<RowKey>()
         let pairs = group.flatMap { push in push.keys.map { (push.store, $0) } }.filter { seen.insert(RowKey(store: $0.0, key: $0.1)).inserted }
+        // The keys of conditional changes, whose versions their decision needs.
+        let conditional = Set(group.flatMap { push in
+            push.admitted.changes.filter { $0.condition != nil }.map { RowKey(store: push.store, key: $0.key) }
+        })
+        let versioned = pairs.map { conditional.contains(RowKey(store: $0.0, key: $0.1)) }
         let rows = try await db.query("""
             WITH locked AS (
                 SELECT id, cursor, bytes, keys, total_bytes, value_bytes, max_keys, key_name_bytes,
@@ -339,12 +347,16 @@ extension PostgresServerStorage {
                 WHERE id = ANY(\(stores)) ORDER BY id FOR UPDATE)
             SELECT l.id, l.cursor, l.bytes, l.keys, l.total_bytes, l.value_bytes, l.max_keys, l.key_name_bytes,
                    l.history_versions, l.history_days, l.history_swept_at, l.kept_bytes, l.history_bytes, l.schema_version, c.key, c.value, c.type, c.time, c.counter, c.device, c.at,
-                   k.value, k.type, k.time, k.counter, k.device
+                   c.version, k.value, k.type, k.time, k.counter, k.device
             FROM locked l LEFT JOIN LATERAL (
                 SELECT c.key, c.value, c.type, c.time, c.counter, c.device, c.store, greatest(c.cursor, (
                     SELECT max(x.cursor) FROM kvsfs_lost x WHERE x.store = c.store AND x.key = c.key
-                        AND (x.lost_for_time, x.lost_for_counter, x.lost_for_device) = (c.time, c.counter, c.device))) AS at
-                FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[]) AS w(store, key)
+                        AND (x.lost_for_time, x.lost_for_counter, x.lost_for_device) = (c.time, c.counter, c.device))) AS at,
+                    -- Its version as history counts it: its version row's cursor (by stamp), else its own.
+                    CASE WHEN w.versioned THEN coalesce((
+                        SELECT max(v.cursor) FROM kvsfs_version v WHERE v.store = c.store AND v.key = c.key
+                            AND (v.time, v.counter, v.device) = (c.time, c.counter, c.device)), c.cursor) END AS version
+                FROM unnest(\(pairs.map(\.0))::text[], \(pairs.map(\.1))::text[], \(versioned)::bool[]) AS w(store, key, versioned)
                 JOIN kvsfs_change c ON c.store = w.store AND c.key = w.key WHERE w.store = l.id) c ON true
             LEFT JOIN kvsfs_lost k ON k.store = c.store AND k.key = c.key
                 AND (k.lost_for_time, k.lost_for_counter, k.lost_for_device) = (c.time, c.counter, c.device)
@@ -354,10 +366,10 @@ extension PostgresServerStorage {
         // then read as its conflict.
         var lostRows = [RowKey: [LostRow]]()
         for try await row in rows.decode((String, Int64, Int, Int, Int, Int, Int, Int, Int, Int, Int64, Int, Int, Int64,
-                                          String?, Data?, String?, Int64?, Int32?, String?, Int64?,
+                                          String?, Data?, String?, Int64?, Int32?, String?, Int64?, Int64?,
                                           Data?, String?, Int64?, Int32?, String?).self) {
             let (store, cursor, bytes, count, totalBytes, valueBytes, maxKeys, keyNameBytes, versions, days, sweptAt, keptBytes, historyBytes,
-                 schemaVersion, key, value, type, time, counter, device, keyCursor, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
+                 schemaVersion, key, value, type, time, counter, device, keyCursor, keyVersion, lostValue, lostType, lostTime, lostCounter, lostDevice) = row
             locked.states[store] = CloudStoreState(
                 limits: QuotaLimits(totalBytes: totalBytes, valueBytes: valueBytes, keys: maxKeys, keyNameBytes: keyNameBytes),
                 usage: QuotaUsage(bytes: bytes, keys: count), cursor: cursor, keptBytes: keptBytes)
@@ -368,7 +380,7 @@ extension PostgresServerStorage {
                 if locked.rows[store]?[key] == nil {
                     let change = StampedChange(key: key, value: value, type: type.flatMap(ValueType.init(rawValue:)),
                                                stamp: ChangeStamp(time: time, counter: counter, device: device))
-                    locked.rows[store, default: [:]][key] = KeyRow(change: change, cursor: keyCursor)
+                    locked.rows[store, default: [:]][key] = KeyRow(change: change, cursor: keyCursor, version: keyVersion)
                 }
                 if let lostTime {
                     lostRows[RowKey(store: store, key: key), default: []].append(
@@ -393,6 +405,9 @@ extension PostgresServerStorage {
 struct KeyRow {
     var change: StampedChange
     var cursor: Int64
+    /// The change's version (`KeyVersion.version`): read for the keys of conditional changes
+    /// alone, nil for the others.
+    var version: Int64? = nil
     var mark: HistoryMark { HistoryMark(key: change.key, cursor: cursor, stamp: change.stamp) }
 }
 

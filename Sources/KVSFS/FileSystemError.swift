@@ -73,9 +73,9 @@ public enum ErrnoMapping {
         case let error as StoreError:
             switch error {
             case .invalidPropertyList, .emptyKey, .invalidKey, .invalidStamp, .invalidDeviceName, .invalidStoreName,
-                 .invalidSchema, .schemaViolation: return EINVAL
+                 .invalidSchema, .schemaViolation, .invalidCondition: return EINVAL
             case .readOnly: return EROFS
-            case .conflictChanged: return EAGAIN
+            case .conflictChanged, .unpushedChange: return EAGAIN
             case .valueTooLarge: return EFBIG
             case .storeFull: return EDQUOT
             case .tooManyKeys: return ENOSPC

@@ -52,6 +52,10 @@ public struct MountStatus: Sendable, Equatable, Codable {
     /// The event log and the cursor of its last event (0 before the first); nil without a remote.
     @Nullable public var eventLog: String?
     @Nullable public var eventCursor: Int64?
+    /// The cursor of the remote's history up to which the mount has taken in every change (0
+    /// before any): what `kvsfs import --if-unchanged-since` takes; nil without a remote, or
+    /// before the mount has read where it stands.
+    @Nullable public var remoteCursor: Int64?
 
     /// The longest offline reason shown, in Unicode scalars: every attribute must fit the
     /// kernel's 64 KiB for an extended attribute, paths and all.
@@ -86,6 +90,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
         keyNameLimit = limits.keyNameBytes
         eventLog = sync?.eventLog
         eventCursor = sync?.eventCursor
+        remoteCursor = sync?.remoteCursor
         schemaVersion = store.schema.version
         nonConforming = store.violationCount
     }
@@ -110,6 +115,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
         attributes["user.kvsfs.data-directory"] = dataDirectory
         attributes["user.kvsfs.database"] = database
         attributes["user.kvsfs.event-cursor"] = eventCursor.map { String($0) }
+        attributes["user.kvsfs.remote-cursor"] = remoteCursor.map { String($0) }
         return attributes
     }
 
@@ -135,7 +141,7 @@ public struct MountStatus: Sendable, Equatable, Codable {
             throw .unreadable(Self.reason(error))
         }
         let counts = [pending, conflicts, conflictBytes, bytes.used, bytes.quota, keys.used, keys.quota, valueLimit, keyNameLimit, nonConforming]
-        guard counts.allSatisfy({ $0 >= 0 }), (eventCursor ?? 0) >= 0, schemaVersion >= 0 else { throw .unreadable("a count is negative") }
+        guard counts.allSatisfy({ $0 >= 0 }), (eventCursor ?? 0) >= 0, (remoteCursor ?? 0) >= 0, schemaVersion >= 0 else { throw .unreadable("a count is negative") }
         guard (reachable == .offline) == (offlineReason != nil) else { throw .unreadable("an offline reason goes with offline only") }
     }
 

@@ -48,9 +48,14 @@ public struct SyncStanding: Sendable, Equatable {
     /// The event log's path and the cursor of its last event (0 before the first).
     public var eventLog: String
     public var eventCursor: Int64
+    /// The cursor of the remote's history up to which the mount has taken in every change;
+    /// nil before it knows (`kvsfs import --if-unchanged-since`).
+    public var remoteCursor: Int64?
 
-    public init(remote: String, reachability: Reachability, lastSync: Date?, eventLog: String, eventCursor: Int64) {
+    public init(remote: String, reachability: Reachability, lastSync: Date?, eventLog: String, eventCursor: Int64,
+                remoteCursor: Int64? = nil) {
         self.remote = remote
+        self.remoteCursor = remoteCursor
         self.reachability = reachability
         self.lastSync = lastSync
         self.eventLog = eventLog

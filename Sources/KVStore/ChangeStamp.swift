@@ -102,10 +102,15 @@ public struct StampedChange: Hashable, Sendable, Codable {
     /// Sent with a push: the name of the device that made the change (`DeviceName`), which
     /// the remote keeps beside its id for every view; nil when the writer gave none.
     public var deviceName: String?
+    /// Sent with a push: what the key must be on the remote for the change to be stored
+    /// (`ChangeCondition`); nil for a change decided by the merge rule. Never stored.
+    public var condition: ChangeCondition?
 
     public init(key: String, value: Data?, type: ValueType?, stamp: ChangeStamp,
-                replaces: Replaced? = nil, settles: [ChangeStamp] = [], lost: [KeptChange] = [], deviceName: String? = nil) {
+                replaces: Replaced? = nil, settles: [ChangeStamp] = [], lost: [KeptChange] = [], deviceName: String? = nil,
+                condition: ChangeCondition? = nil) {
         self.key = key
+        self.condition = condition
         self.deviceName = deviceName
         self.value = value
         self.type = type
@@ -115,7 +120,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         self.lost = lost
     }
 
-    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, settles, lost, alsoLost, deviceName }
+    private enum CodingKeys: String, CodingKey { case key, value, type, stamp, replaces, settles, lost, alsoLost, deviceName, condition }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -126,6 +131,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         replaces = try container.decodeIfPresent(Replaced.self, forKey: .replaces)
         settles = try container.decodeIfPresent([ChangeStamp].self, forKey: .settles) ?? []
         deviceName = try container.decodeIfPresent(String.self, forKey: .deviceName)
+        condition = try container.decodeIfPresent(ChangeCondition.self, forKey: .condition)
         lost = []
         if let newest = try container.decodeIfPresent(KeptChange.self, forKey: .lost) {
             lost = [newest] + (try container.decodeIfPresent([KeptChange].self, forKey: .alsoLost) ?? [])
@@ -143,6 +149,7 @@ public struct StampedChange: Hashable, Sendable, Codable {
         try container.encodeIfPresent(lost.first, forKey: .lost)
         if lost.count > 1 { try container.encode(lost.dropFirst().map { $0 }, forKey: .alsoLost) }
         try container.encodeIfPresent(deviceName, forKey: .deviceName)
+        try container.encodeIfPresent(condition, forKey: .condition)
     }
 
     /// The change itself, without what travels with it.

@@ -37,6 +37,11 @@ public enum StoreError: Error, Equatable, Sendable {
     case invalidSchema(String)
     /// A value that breaks its key's rule in the store's schema.
     case schemaViolation(SchemaViolation)
+    /// A change's condition outside its form (`ChangeCondition.check`).
+    case invalidCondition(String)
+    /// A conditional change of a key that has a local change the remote has not taken yet:
+    /// the condition would be judged against a version this mount has already replaced.
+    case unpushedChange(String)
 }
 
 extension StoreError: CustomStringConvertible {
@@ -61,6 +66,8 @@ extension StoreError: CustomStringConvertible {
         case .conflictChanged(let key): "the conflict of \(key.debugDescription) is not the one named: it changed since it was read"
         case .invalidSchema(let reason): "invalid schema: \(reason)"
         case .schemaViolation(let violation): violation.description
+        case .invalidCondition(let reason): "invalid condition: \(reason)"
+        case .unpushedChange(let key): "\(key.debugDescription) has a change on this mount not yet pushed: sync first (kvsfs sync)"
         }
     }
 }

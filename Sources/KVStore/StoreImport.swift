@@ -72,11 +72,10 @@ extension KeyValueStore {
     /// (`prepareImport`), or when the result would grow past the byte or key quota: the key
     /// named is the first that does not fit, taking removals first, then the keys in order.
     public func importValues(_ prepared: PreparedImport, dryRun: Bool) throws(ImportRefusal) -> ImportPlan {
-        let keys = prepared.keys
         if !dryRun, let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: nil, reason: .readOnly(reason)) }
         let result = state.withLock { (state: inout State) -> Result<ImportPlan, ImportRefusal> in
             if state.schema.version != prepared.schemaVersion {
-                for key in keys {
+                for key in prepared.keys {
                     do throws(StoreError) {
                         try state.schema.check(key: key, xml: prepared.entries[key]!.xml)
                     } catch {
@@ -84,32 +83,10 @@ extension KeyValueStore {
                     }
                 }
             }
-            let removals = prepared.replacing ? state.values.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
-            var edits = [String: Entry?]()
-            var usage = state.usage
-            for key in removals {
-                edits[key] = .some(nil)
-                usage = usage.replacing(state.values[key], with: nil)
-            }
-            var plan = ImportPlan()
-            plan.removed = removals
-            for key in keys {
-                let new = prepared.entries[key]!
-                let old = state.values[key]
-                guard old?.xml != new.xml else {
-                    plan.unchanged += 1
-                    continue
-                }
-                edits[key] = .some(new)
-                usage = usage.replacing(old, with: new)
-                if old == nil { plan.added.append(key) } else { plan.changed.append(key) }
-            }
-            let staged = StagedChanges(edits: edits, usage: usage)
-            let ledger = QuotaLedger(limits: state.limits)
-            do throws(StoreError) {
-                try ledger.checkResult(before: state.usage, after: staged.usage, added: staged.addedBytes)
-            } catch {
-                return .failure(firstKeyOverQuota(staged, order: removals + keys, in: state, ledger: ledger) ?? ImportRefusal(key: nil, reason: error))
+            let plan: ImportPlan, staged: StagedChanges
+            switch stage(prepared, in: state) {
+            case .success(let staging): (plan, staged) = staging
+            case .failure(let refusal): return .failure(refusal)
             }
             guard !dryRun, !staged.edits.isEmpty else { return .success(plan) }
             do throws(StoreError) {
@@ -122,6 +99,63 @@ extension KeyValueStore {
         let plan = try result.get()
         if !dryRun, !plan.keys.isEmpty { changeObserver.withLock { $0 }?.notify() }
         return plan
+    }
+
+    /// What `prepared` changes in `state`: the plan and the staged edits, checked whole against
+    /// the quotas (refused naming the first key that does not fit).
+    private func stage(_ prepared: PreparedImport, in state: State) -> Result<(ImportPlan, StagedChanges), ImportRefusal> {
+        let keys = prepared.keys
+        let removals = prepared.replacing ? state.values.entries.keys.filter { prepared.entries[$0] == nil }.sorted() : []
+        var edits = [String: Entry?]()
+        var usage = state.usage
+        for key in removals {
+            edits[key] = .some(nil)
+            usage = usage.replacing(state.values[key], with: nil)
+        }
+        var plan = ImportPlan()
+        plan.removed = removals
+        for key in keys {
+            let new = prepared.entries[key]!
+            let old = state.values[key]
+            guard old?.xml != new.xml else {
+                plan.unchanged += 1
+                continue
+            }
+            edits[key] = .some(new)
+            usage = usage.replacing(old, with: new)
+            if old == nil { plan.added.append(key) } else { plan.changed.append(key) }
+        }
+        let staged = StagedChanges(edits: edits, usage: usage)
+        let ledger = QuotaLedger(limits: state.limits)
+        do throws(StoreError) {
+            try ledger.checkResult(before: state.usage, after: staged.usage, added: staged.addedBytes)
+        } catch {
+            return .failure(firstKeyOverQuota(staged, order: removals + keys, in: state, ledger: ledger) ?? ImportRefusal(key: nil, reason: error))
+        }
+        return .success((plan, staged))
+    }
+
+    /// `prepared`'s changes on the condition that no key they set or remove has a version on
+    /// the remote after `cursor` (`kvsfs import --if-unchanged-since`), stamped but not
+    /// committed (`conditionalChanges`), with what they change. Refused as a whole, naming a
+    /// key, as `importValues` is, and when a key it changes has a local change the remote has
+    /// not taken yet.
+    public func conditionalImport(_ prepared: PreparedImport, unchangedSince cursor: Int64) throws(ImportRefusal) -> (plan: ImportPlan, changes: [StampedChange]) {
+        if let reason = readOnlyReason.withLock({ $0 }) { throw ImportRefusal(key: nil, reason: .readOnly(reason)) }
+        let result = state.withLock { (state: inout State) -> Result<(plan: ImportPlan, changes: [StampedChange]), ImportRefusal> in
+            let plan: ImportPlan, staged: StagedChanges
+            switch stage(prepared, in: state) {
+            case .success(let staging): (plan, staged) = staging
+            case .failure(let refusal): return .failure(refusal)
+            }
+            do throws(StoreError) {
+                return .success((plan, try stampUnsent(staged, condition: .unchangedSince(cursor), after: [:], in: &state)))
+            } catch {
+                if case .unpushedChange(let key) = error { return .failure(ImportRefusal(key: key, reason: error)) }
+                return .failure(ImportRefusal(key: nil, reason: error))
+            }
+        }
+        return try result.get()
     }
 
     /// Prepares and imports `values` in one call (see `prepareImport` and `importValues`).

@@ -76,6 +76,11 @@ public final class HTTPChangeLog: ChangeLog {
         } catch {
             throw .refused("the changes cannot be sent: \(error)")
         }
+        // Conditional changes are stored together or not at all: only within one push.
+        if bodies.count > 1, changes.contains(where: { $0.condition != nil }) {
+            throw .refused("the conditional changes are more than one push may carry (\(WireLimits.maximumChangesPerPush) changes, "
+                           + "\(WireLimits.maximumPushBytes >> 20) MiB): make them in parts")
+        }
         var outcomes: [PushResponse] = []
         for body in bodies {
             outcomes.append(try await request(.POST, path, body: Data(body), as: PushResponse.self))

@@ -91,6 +91,10 @@ public final class SyncEngine: Sendable {
     }
 
 
+    /// The cursor of the remote's history up to which the mount has taken in every change;
+    /// nil until the engine has read where it stands.
+    public var remoteCursor: Int64? { knownPosition.value?.cursor }
+
     /// The position recorded in the store; nil before the first fetch (or for a setting that
     /// is not a position, which the next fetch from the start then replaces).
     func storedPosition() throws -> SyncPosition? {

@@ -27,7 +27,7 @@ extension SyncEngine {
 
     /// `changes`, this device's own each with its name (`DeviceName`), for the remote to keep
     /// beside its id.
-    func named(_ changes: [StampedChange]) throws -> [StampedChange] {
+    public func named(_ changes: [StampedChange]) throws -> [StampedChange] {
         guard let name = try store.deviceName else { return changes }
         return changes.map { change in
             var named = change

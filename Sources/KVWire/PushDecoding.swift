@@ -85,6 +85,11 @@ public func decodePush(_ body: [UInt8]) throws(WireError) -> PushRequest {
         guard deviceBytes <= WireLimits.maximumDeviceBytes else {
             throw refuse("the device id is \(deviceBytes) bytes, over the limit of \(WireLimits.maximumDeviceBytes)")
         }
+        do {
+            try change.condition?.check()
+        } catch {
+            throw refuse(error.description)
+        }
         guard let value = change.value else {
             if change.type != nil { throw refuse("a deletion has no type") }
             continue

@@ -140,7 +140,8 @@ struct ControlRequest: Codable, Equatable {
         /// Answered with the store as one property list.
         case export
         /// Followed by a frame with the property list to import; answered with the
-        /// `ImportPlan` as JSON.
+        /// `ImportPlan` as JSON. With `ifUnchangedSince`, made through the remote itself on that
+        /// condition (`ChangeCondition.unchangedSince`), as `conditionalChange` is.
         case `import`
         /// Answered with the versions the remote keeps of `key`, as JSON `[KeyVersion]`.
         case history
@@ -174,6 +175,11 @@ struct ControlRequest: Codable, Equatable {
         /// remote (only while its version is still `ifVersion`, when given), then holds it;
         /// answered as `schema` is.
         case setSchema = "set-schema"
+        /// Followed by a frame with the new value of `key` as a property list (empty with
+        /// `remove`): the change made on `condition` through the remote itself, which judges
+        /// the condition, then taken in as the remote's (`kvsfs set --if-version`, `kvsfs delete
+        /// --if-version`); answered with nothing, or refused with the remote's words.
+        case conditionalChange = "conditional-change"
     }
 
     var command: Command
@@ -199,9 +205,14 @@ struct ControlRequest: Codable, Equatable {
     /// For changes: the cursor to give the changes after, and the keys watched (all when nil).
     var after: Int64?
     var keys: [String]?
-    /// For setSchema: remove the schema instead, and the version it must still be at.
+    /// For setSchema: remove the schema instead, and the version it must still be at. For
+    /// conditionalChange: remove the key instead.
     var remove: Bool?
     var ifVersion: Int64?
+    /// For conditionalChange: what the key must be on the remote.
+    var condition: ChangeCondition?
+    /// For an import: the cursor no key it changes may have a version after on the remote.
+    var ifUnchangedSince: Int64?
 }
 
 /// The answer to `changes`: a page of the store's change feed, and the names known of the

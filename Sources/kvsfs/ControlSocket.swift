@@ -16,14 +16,14 @@ import Synchronization
 final class ControlSocket: @unchecked Sendable {
     private let address: ControlAddress
     private let listener: Int32
-    private let fileSystem: KeyValueFileSystem
+    let fileSystem: KeyValueFileSystem
     /// The change log of the mount's remote, which keeps past versions, and the mount's store
     /// in it; nil for a mount without a remote.
     private let history: (log: any ChangeLog, store: String)?
     /// The mount's sync; nil for a mount without a remote.
-    private let sync: MountSync?
+    let sync: MountSync?
     /// The mount's directory: a request names it by its device.
-    private let mountpoint: String
+    let mountpoint: String
     private let logger: Logger
     /// Signalled when the serving thread has ended, its last request answered.
     private let ended = DispatchSemaphore(value: 0)
@@ -130,7 +130,7 @@ final class ControlSocket: @unchecked Sendable {
             // whose data is left unread sees a reset connection, not the refusal.
             let body: [UInt8]
             switch request.command {
-            case .import: body = try incoming.read(limit: ControlConnection.maximumImportBytes)
+            case .import, .conditionalChange: body = try incoming.read(limit: ControlConnection.maximumImportBytes)
             case .checkSchema, .setSchema: body = try incoming.read(limit: SchemaLimits.bytes)
             default: body = []
             }
@@ -180,8 +180,29 @@ final class ControlSocket: @unchecked Sendable {
             } catch let error as StoreError {
                 throw CommandFailure("not a property list the store accepts: \(error)")
             }
+            if let cursor = request.ifUnchangedSince, request.dryRun != true {
+                return Array(try JSONEncoder().encode(try importOnCondition(values, replacing: request.replace ?? false, unchangedSince: cursor)))
+            }
             let plan = try fileSystem.importValues(values, replacing: request.replace ?? false, dryRun: request.dryRun ?? false)
             return Array(try JSONEncoder().encode(plan))
+        case .conditionalChange:
+            let key = try requestedKey(request)
+            guard let condition = request.condition else { throw CommandFailure("the request names no condition") }
+            do {
+                try condition.check()
+            } catch {
+                throw CommandFailure(error.description)
+            }
+            var value: PropertyListValue?
+            if request.remove != true {
+                do {
+                    value = try PropertyListCodec.decode(bytes)
+                } catch {
+                    throw CommandFailure("not a value the store accepts: \(error)")
+                }
+            }
+            try changeOnCondition(key, to: value, condition)
+            return []
         case .history:
             let key = try requestedKey(request)
             let versions = try askRemote(what: "history is kept by a remote") { log, store in try await log.history(of: key, in: store) }
@@ -308,7 +329,7 @@ final class ControlSocket: @unchecked Sendable {
 
     /// Asks the remote, which keeps what the request wants (`what` says so to a mount without
     /// one), for at most `remoteDeadline`.
-    private func askRemote<T: Sendable>(what: String, _ question: @escaping @Sendable (any ChangeLog, String) async throws -> T) throws -> T {
+    func askRemote<T: Sendable>(what: String, _ question: @escaping @Sendable (any ChangeLog, String) async throws -> T) throws -> T {
         guard let history else { throw CommandFailure("this mount has no remote, and \(what)") }
         guard let answer = waitFor({ try await question(history.log, history.store) }, timeout: .seconds(Self.remoteDeadline)) else {
             throw CommandFailure("the remote did not answer within \(Self.remoteDeadline) s")

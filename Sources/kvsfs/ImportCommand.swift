@@ -11,7 +11,10 @@ struct Import: ParsableCommand {
             dictionary does not hold, as one change to the store: one transaction, checked whole against the \
             quotas (the error names the first key that does not fit, and nothing changes), pushed together. \
             --dry-run prints what would change and changes nothing. FILE is XML, binary or OpenStep, at most \
-            64 MiB; - reads standard input. Prints one line per key added, changed or removed, then a count.
+            64 MiB; - reads standard input. Prints one line per key added, changed or removed, then a count. \
+            With --if-unchanged-since CURSOR (the remote cursor `kvsfs status` shows, read before the values the \
+            import was made from), the import is made through the remote, which takes it only while no key it adds, \
+            changes or removes has a version after CURSOR: refused, nothing changes and one line names a key that moved.
             """)
 
     @Argument(help: "A kvsfs mount.")
@@ -26,9 +29,18 @@ struct Import: ParsableCommand {
     @Flag(name: .customLong("dry-run"), help: "Print what would change; change nothing.")
     var dryRun = false
 
+    @Option(name: .customLong("if-unchanged-since"), help: ArgumentHelp(
+        "Import only while no key it changes has a version on the remote after this cursor (kvsfs status: remote cursor).",
+        valueName: "cursor"))
+    var ifUnchangedSince: Int64?
+
+    func validate() throws {
+        if let ifUnchangedSince, ifUnchangedSince < 0 { throw ValidationError("--if-unchanged-since takes a cursor, 0 or more") }
+    }
+
     func run() throws {
         let bytes = try readImport()
-        let answer = try ControlClient.send(ControlRequest(command: .import, replace: replace, dryRun: dryRun), body: bytes, to: mountpoint)
+        let answer = try ControlClient.send(ControlRequest(command: .import, replace: replace, dryRun: dryRun, ifUnchangedSince: ifUnchangedSince), body: bytes, to: mountpoint)
         let plan: ImportPlan
         do {
             plan = try JSONDecoder().decode(ImportPlan.self, from: Data(answer))

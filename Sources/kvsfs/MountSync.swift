@@ -122,6 +122,23 @@ final class MountSync: MountSynchronizer {
         waits.start({ [engine] in try await engine.pushNow() }, then: { answer($0.mapError(Self.failure)) })
     }
 
+    /// Takes in changes the remote accepted from this mount's own conditional push
+    /// (`KeyValueStore.conditionalChanges`) as the remote's: through the applier, as a fetched
+    /// change, so that they show in the mount with a writer's inotify events and the store
+    /// holds them synced. Blocks until they are shown; throws `SyncFailure`.
+    func takeIn(_ accepted: [StampedChange]) throws {
+        let changes = accepted.map { change in
+            // As the remote stored it: what travels with a push is not the row's.
+            StampedChange(key: change.key, value: change.value, type: change.type, stamp: change.stamp)
+        }
+        try wait { [applier] in _ = try await applier.apply(changes, mode: .merge) }
+    }
+
+    /// `changes`, this device's own each with its name (`DeviceName`), for the remote to keep.
+    func named(_ changes: [StampedChange]) throws -> [StampedChange] {
+        try engine.named(changes)
+    }
+
     /// Replaces the store's values by the remote's (`kvsfs sync --replace-with-remote`),
     /// blocking and throwing like `synchronize`.
     func replaceWithRemote() throws {
@@ -141,7 +158,7 @@ final class MountSync: MountSynchronizer {
         let reachability: SyncStanding.Reachability =
             status.lastError.map { .offline($0) } ?? (status.lastSync == nil ? .connecting : .reachable)
         return SyncStanding(remote: remote.description, reachability: reachability, lastSync: status.lastSync,
-                            eventLog: events.path, eventCursor: events.lastCursor)
+                            eventLog: events.path, eventCursor: events.lastCursor, remoteCursor: engine.remoteCursor)
     }
 
     /// Runs `work` from the control socket's thread, waiting for it within `waits`' bounds;

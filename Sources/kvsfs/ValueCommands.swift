@@ -79,7 +79,9 @@ struct Set: ParsableCommand {
             `kvsfs set ~/kv/server -dict port -int 8080 name -string x` (-string, -int/-integer, -real/-float, \
             -bool/-boolean, -date, -data; -data is base64, where defaults takes hex). -array-add and -dict-add read \
             the key's array or dictionary, add to it and write it whole: a change made between the read and the write \
-            is replaced, as with `defaults`.
+            is replaced, as with `defaults`. With --if-version V, the value is written only while the key's latest \
+            version on the remote is still V (as `kvsfs history` prints it; absent: the remote holds no value of it), \
+            as the remote decides: refused, nothing changes and one line says where the key stands.
             """)
 
     @Argument(help: "A key's file in a kvsfs mount.")
@@ -111,6 +113,11 @@ struct Set: ParsableCommand {
     @Flag(name: .customLong("empty-array", withSingleDash: true), help: "An empty array.") var emptyArray = false
     @Flag(name: .customLong("empty-dict", withSingleDash: true), help: "An empty dictionary.") var emptyDictionary = false
 
+    @Option(name: .customLong("if-version"), help: ArgumentHelp(
+        "Write only while the key's latest version on the remote is this one (kvsfs history), or absent: it holds no value.",
+        valueName: "version|absent"))
+    var ifVersion: VersionCondition?
+
     func validate() throws {
         let given = [string != nil, integer != nil, real != nil, boolean != nil, date != nil, data != nil,
                      !array.isEmpty || emptyArray, !dictionary.isEmpty || emptyDictionary, plist != nil,
@@ -137,6 +144,10 @@ struct Set: ParsableCommand {
             }
         } else {
             value = try self.value()
+        }
+        if let ifVersion {
+            try ifVersion.change(key, body: try PropertyListCodec.encodeXML(value))
+            return
         }
         try ValueFile.write(try PropertyListCodec.encodeXML(value), to: key.path, key: key)
     }
@@ -201,14 +212,53 @@ struct IntegerArgument: ExpressibleByArgument {
 }
 
 struct Delete: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Remove a key.")
+    static let configuration = CommandConfiguration(
+        abstract: "Remove a key.",
+        discussion: """
+            With --if-version V, the key is removed only while its latest version on the remote is still V (as \
+            `kvsfs history` prints it), as the remote decides: refused, nothing changes and one line says where the key stands.
+            """)
 
     @Argument(help: "A file in a mount.")
     var path: String
 
+    @Option(name: .customLong("if-version"), help: ArgumentHelp(
+        "Remove only while the key's latest version on the remote is this one (kvsfs history), or absent: it holds no value.",
+        valueName: "version|absent"))
+    var ifVersion: VersionCondition?
+
     func run() throws {
         let key = try KeyFile(path)
+        if let ifVersion {
+            try ifVersion.change(key, body: nil)
+            return
+        }
         if unlink(key.path) != 0 { throw CommandFailure("cannot delete \(path): \(explain(errno))") }
+    }
+}
+
+/// `--if-version V` of `kvsfs set` and `kvsfs delete`: a version as `kvsfs history` prints it
+/// (1 or more), or `absent`.
+struct VersionCondition: ExpressibleByArgument {
+    let condition: ChangeCondition
+
+    init?(argument: String) {
+        if argument == "absent" {
+            condition = .absent
+        } else if let version = Int64(argument), version >= 1 {
+            condition = .version(version)
+        } else {
+            return nil
+        }
+    }
+
+    static var defaultCompletionKind: CompletionKind { .list(["absent"]) }
+
+    /// Makes the change of `key` through its mount on this condition: `body` its new value as a
+    /// property list, nil to remove it. The remote's refusal is the command's one line.
+    func change(_ key: KeyFile, body: [UInt8]?) throws {
+        let request = ControlRequest(command: .conditionalChange, key: key.name, remove: body == nil ? true : nil, condition: condition)
+        _ = try ControlClient.send(request, body: body ?? [], to: key.mountpoint)
     }
 }
 

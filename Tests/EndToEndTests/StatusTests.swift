@@ -73,9 +73,10 @@ struct StatusTests {
             #expect(json["keyNameLimit"] as? Int == 64)
             #expect(json["eventLog"] as? String == "\(data)/default.events.jsonl")
             #expect(json["eventCursor"] is Int)
+            #expect(json["remoteCursor"] is Int, "where the mount stands in the remote's history")
             #expect(json["conflictBytes"] as? Int == 0)
             #expect(json.keys.sorted() == ["bytes", "conflictBytes", "conflicts", "dataDirectory", "database", "eventCursor", "eventLog", "keyNameLimit", "keys",
-                                           "lastSync", "nonConforming", "offlineReason", "pending", "reachable", "remote", "schemaVersion", "store",
+                                           "lastSync", "nonConforming", "offlineReason", "pending", "reachable", "remote", "remoteCursor", "schemaVersion", "store",
                                            "valueLimit"],
                     "every documented field, and only those")
 

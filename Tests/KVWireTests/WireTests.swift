@@ -93,6 +93,26 @@ struct WireTests {
         #expect(try decodePush(body([bracketed])) == PushRequest(changes: [bracketed]))
     }
 
+    @Test("a change's condition travels as condition: a version of 1 or more, absent, or a cursor of 0 or more; anything else is refused")
+    func conditions() throws {
+        var changes = [change("v"), change("a"), change("s", value: nil, type: nil)]
+        for (index, condition) in [ChangeCondition.version(7), .absent, .unchangedSince(0)].enumerated() { changes[index].condition = condition }
+        #expect(try decodePush(body(changes)) == PushRequest(changes: changes))
+        let text = String(decoding: body(changes), as: UTF8.self)
+        for field in [#""condition":{"version":7}"#, #""condition":{"absent":true}"#, #""condition":{"unchangedSince":0}"#] {
+            #expect(text.contains(field), "\(text)")
+        }
+        #expect(!String(decoding: body([change()]), as: UTF8.self).contains("condition"), "a change without one carries none")
+        var zero = change("z")
+        zero.condition = .version(0)
+        #expect(refusal(body([zero])) == .invalidChange(index: 0, key: "z", reason: "invalid condition: a condition's version is 1 or more, not 0"))
+        var negative = change("n")
+        negative.condition = .unchangedSince(-1)
+        #expect(refusal(body([negative])) == .invalidChange(index: 0, key: "n", reason: "invalid condition: a condition's cursor is 0 or more, not -1"))
+        let both = #"{"changes":[{"key":"k","stamp":{"time":1,"counter":0,"device":"d"},"condition":{"version":3,"absent":true}}]}"#
+        #expect(refusal(Array(both.utf8))?.description.contains("a condition is one of version, absent (true) or unchangedSince") == true)
+    }
+
     @Test("what is not a push says what is wrong and where")
     func notAPush() {
         #expect(refusal(Array("{not json".utf8))?.description.hasPrefix("the body is not a push: ") == true)
