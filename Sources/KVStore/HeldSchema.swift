@@ -98,22 +98,30 @@ extension KeyValueStore {
 }
 
 extension HeldSchema {
-    /// The most bytes `settledViolation` decodes at each write(): past it, a value written in
-    /// many pieces would be decoded again at every piece, and the commit decides alone.
-    public static let writtenBytesJudged = 65_536
+    /// The most bytes `settledViolation` judges: past it, a value written in many pieces would
+    /// be decoded again at every piece, and the whole value alone is judged.
+    public static let writtenBytesJudged = 16_384
 
     /// A rule that the first bytes of `key`'s value break whatever bytes follow them (so that
     /// the mount can refuse them as they come). Nil when they break none, or when what follows
     /// could still mend it; the whole value is judged in any case.
     ///
-    /// Settled: a whole document that opens with `<`, `{`, `[` or `(` (what may follow it is
-    /// whitespace alone), for any rule. A string, quoted or not, may yet become an OpenStep
-    /// dictionary (`"a" = "b";`, `a = b;`) and nothing else: settled only for a type that is
-    /// neither. A binary property list is judged whole: its trailer comes last.
+    /// A whole document that opens with `<`, `{`, `[` or `(` is settled: what may follow it is
+    /// whitespace alone. Other text is a string so far, and with more bytes stays one (a bare
+    /// word may grow, until whitespace ends it; a quoted string is whole), becomes an OpenStep
+    /// dictionary (`a = b;`) or a JSON real (`1.5e+3`), or is no value: for a rule of a type
+    /// that is neither a dictionary nor a real, its type is settled, and for a string rule,
+    /// what more characters cannot mend (a whole string's every part; a growing word's length
+    /// past `maxLength`, choices none of which begins with it, a pattern nothing can complete).
+    /// A binary property list is judged whole: its trailer comes last.
     public func settledViolation(ofWritten bytes: [UInt8], forKey key: String) -> SchemaViolation? {
         guard let rules, rules.judges(key), bytes.count <= Self.writtenBytesJudged else { return nil }
-        guard let first = bytes.first(where: { $0 != 0x20 && $0 != 0x09 && $0 != 0x0A && $0 != 0x0D }),
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        guard let first = bytes.first(where: { !isSpace($0) }), let last = bytes.last(where: { !isSpace($0) }),
               !bytes.starts(with: Array("bplist".utf8)) else { return nil }
+        let structured = Array("<{[(".utf8).contains(first)
+        // A structure can only be whole once it has closed: no decoding before.
+        if structured, !Array(">}])".utf8).contains(last) { return nil }
         let value: PropertyListValue
         do {
             value = try PropertyListCodec.decode(bytes)
@@ -123,12 +131,31 @@ extension HeldSchema {
             return nil
         }
         guard let violation = rules.violation(key: key, value: value) else { return nil }
-        if Array("<{[(".utf8).contains(first) { return violation }
-        switch violation.breach.part {
-        case .otherKey: return violation
-        case .type(let type) where !type.admits(.dictionary([:])) && !type.admits(.string("")): return violation
-        default: return nil
+        if structured { return violation }
+        if case .otherKey = violation.breach.part { return violation }
+        guard case .string(let text) = value else { return nil }
+        let grows = first != UInt8(ascii: "\"") && first != UInt8(ascii: "'") && !isSpace(bytes.last!)
+        for rule in rules.rules(for: key) {
+            guard let type = rule.type, !type.admits(.dictionary([:])), !type.admits(.real(0)) else { continue }
+            func settled(_ part: SchemaBreach.Part) -> SchemaViolation {
+                SchemaViolation(key: key, breach: SchemaBreach(path: [], valueType: .string, part: part))
+            }
+            guard type.admits(value) else { return settled(.type(type)) }
+            guard grows else {
+                if let breach = rule.breach(by: value) { return SchemaViolation(key: key, breach: breach) }
+                continue
+            }
+            let length = text.unicodeScalars.count
+            if let maximum = rule.maximumLength, length > maximum { return settled(.maximumLength(maximum, found: length)) }
+            if let choices = rule.choices, !choices.contains(where: { choice in
+                guard case .string(let word) = choice else { return false }
+                return word.unicodeScalars.starts(with: text.unicodeScalars)
+            }) {
+                return settled(.choices(choices))
+            }
+            if let pattern = rule.pattern, !pattern.mayMatch(after: text) { return settled(.pattern(pattern.source)) }
         }
+        return nil
     }
 }
 

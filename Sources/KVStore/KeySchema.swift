@@ -42,7 +42,7 @@ public struct KeySchema: Sendable {
         do {
             value = try PropertyListCodec.decode(bytes, limits: limits)
         } catch .valueTooLarge {
-            throw .invalidSchema("it holds more than a schema may (\(SchemaLimits.bytes) bytes)")
+            throw .invalidSchema("its values take more than \(SchemaLimits.bytes * 2) bytes as canonical XML, more than a schema may")
         } catch .invalidPropertyList(let reason) {
             throw .invalidSchema("not a property list: \(reason)")
         } catch {
@@ -148,7 +148,7 @@ public enum SchemaLimits {
     /// The most rules inside one another (a key's rule is at depth 1).
     public static let ruleDepth = 16
     /// The most key patterns: each is matched against a key with no rule of its own.
-    public static let keyPatterns = 1000
+    public static let keyPatterns = 256
     /// The longest description, in bytes of UTF-8.
     public static let descriptionBytes = 4096
     /// The most steps one string's match against a rule's `pattern` may take: a `pattern`

@@ -97,6 +97,24 @@ public struct ValuePattern: Sendable, Equatable {
         run(text.unicodeScalars).matched
     }
 
+    /// Whether some text that begins with `prefix` may match: false once no place in the
+    /// program is left after it.
+    public func mayMatch(after prefix: String) -> Bool {
+        var run = AutomatonRun(program: program)
+        var current = [Int](), next = [Int]()
+        run.follow(from: 0, into: &current)
+        for scalar in prefix.unicodeScalars {
+            run.nextGeneration()
+            next.removeAll(keepingCapacity: true)
+            for place in current {
+                if case .scalars(let set) = program[place], set.contains(scalar) { run.follow(from: place + 1, into: &next) }
+            }
+            swap(&current, &next)
+            if current.isEmpty { return false }
+        }
+        return true
+    }
+
     /// Runs the program over `text`: whether it matched, and how many instructions it visited
     /// (the bound on a match's cost is stated on this type).
     package func run(_ text: some Sequence<Unicode.Scalar>) -> (matched: Bool, steps: Int) {

@@ -249,7 +249,11 @@ final class ControlSocket: @unchecked Sendable {
         case .changes:
             let store = fileSystem.store
             let keys = request.keys.map { Swift.Set($0.map(KeyName.canonical)) }
-            let page = store.changes(after: request.after ?? store.newestCursor, keys: keys)
+            let newest = store.newestCursor
+            if let after = request.after, after > newest {
+                throw CommandFailure("the cursor \(after) is past the store's newest change (\(newest)): it is not one this store gave (was the store made again?)")
+            }
+            let page = store.changes(after: request.after ?? newest, keys: keys)
             let devices = try store.deviceNames(of: page.changes.map(\.device))
             return Array(try JSONEncoder().encode(WatchPage(page: page, devices: devices)))
         case .setSchema:

@@ -181,7 +181,15 @@ enum ChoiceCompletion {
             case (.real, .real(let number)): String(number)
             default: nil
             }
-        }.filter { $0.hasPrefix(prefix) }
+        }.filter { $0.hasPrefix(prefix) && isPlainWord($0) }
+    }
+
+    /// Whether a shell takes `choice` as one word as it is: the completion scripts hand the
+    /// words to `compgen -W`, which would expand `$(...)` in a choice the schema's author wrote.
+    static func isPlainWord(_ choice: String) -> Bool {
+        !choice.isEmpty && choice.unicodeScalars.allSatisfy { scalar in
+            scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "._:/@%+=,-".unicodeScalars.contains(scalar)
+        }
     }
 }
 

@@ -9,7 +9,7 @@ struct Status: ParsableCommand {
         discussion: """
             Prints one fact a line: the store, its data directory and database, the remote and whether the last round \
             with it succeeded, when a sync last succeeded, the pending changes, the open conflicts, bytes and keys used of \
-            their quotas, the per-value and key-name limits, the store's schema with how many keys do not conform to it, the event log with its last cursor, and the remote's cursor up to which the mount has taken in every change (for `kvsfs import --if-unchanged-since`). With --json, the same facts as one JSON \
+            their quotas, the per-value and key-name limits, the store's schema with how many keys do not conform to it, the event log with its last cursor, and the remote's cursor up to which the mount has taken in every change (what kvsfs import --if-unchanged-since takes). With --json, the same facts as one JSON \
             object whose fields kvsfs(1) lists. The mount's root holds them as extended attributes too (getfattr -d).
             """)
 

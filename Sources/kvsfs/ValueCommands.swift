@@ -27,7 +27,9 @@ struct Get: ParsableCommand {
     func run() throws {
         let file = try KeyFile(path)
         if describe {
-            print(try Self.description(of: file.path))
+            // The schema's words are its author's: each line shown as it is, escapes and all.
+            print(try Self.description(of: file.path).split(separator: "\n", omittingEmptySubsequences: false)
+                .map { Watch.printable(String($0)) }.joined(separator: "\n"))
             return
         }
         let bytes = try ValueFile.read(file.path)

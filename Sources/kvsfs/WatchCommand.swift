@@ -143,10 +143,27 @@ struct Watch: ParsableCommand {
         }
     }
 
-    /// Text as one line a terminal shows as it is: control characters escaped.
+    /// Text as one line a terminal shows as it is: control characters (C0, DEL and C1) and
+    /// the marks that reorder text escaped, so that a key or a schema's words cannot move the
+    /// cursor, recolour the terminal or disguise what follows.
     static func printable(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else { return text }
-        return String(text.debugDescription.dropFirst().dropLast())
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var escaped = ""
+        for scalar in text.unicodeScalars {
+            if isControl(scalar) {
+                escaped += scalar.value < 0x80 ? String(String(scalar).debugDescription.dropFirst().dropLast()) : "\\u{\(String(scalar.value, radix: 16))}"
+            } else {
+                escaped.unicodeScalars.append(scalar)
+            }
+        }
+        return escaped
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0..<0x20, 0x7F...0x9F, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
     }
 }
 

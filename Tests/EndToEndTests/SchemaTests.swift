@@ -55,6 +55,9 @@ struct SchemaTests {
                 bash -c 'echo 8080 > port'; echo "text-as-integer=$?"
                 dash -c 'echo "<integer>0</integer>" > port'; echo "below-minimum=$?"
                 bash -c 'echo "<string>turbo</string>" > mode'; echo "not-a-choice=$?"
+                bash -c 'echo slow > mode'; echo "bare-not-a-choice=$?"
+                dash -c 'echo slow > mode'; echo "dash-bare-not-a-choice=$?"
+                dash -c 'echo fast > mode'; echo "bare-choice=$?"
                 bash -c 'echo "<string>DB_1</string>" > host'; echo "pattern=$?"
                 dash -c "echo '{\\"memory\\": 1}' > limits"; echo "required=$?"
                 dash -c "echo '{\\"cpu\\": 0}' > limits"; echo "member-minimum=$?"
@@ -65,7 +68,7 @@ struct SchemaTests {
                 \(kvsfsBinary) set feature.x -int 1; echo "set-type=$?"
                 \(kvsfsBinary) get port
                 """)
-            for line in ["text-as-integer=1", "below-minimum=1", "not-a-choice=1", "pattern=1", "required=1", "member-minimum=1",
+            for line in ["text-as-integer=1", "below-minimum=1", "not-a-choice=1", "bare-not-a-choice=1", "dash-bare-not-a-choice=1", "bare-choice=0", "pattern=1", "required=1", "member-minimum=1",
                          "max-length=1", "pattern-conforming=0", "conforming=0", "set-maximum=1", "set-type=1", "8080"] {
                 #expect(shells.standardOutput.contains(line + "\n"), "\(line) in \(shells)")
             }
@@ -143,6 +146,21 @@ struct SchemaTests {
             #expect(removed.standardOutput == "the store's schema is removed (version 2)\n", "\(removed)")
             #expect(try run(kvsfsBinary, ["set", a.path("port"), "-string", "any"]).status == 0)
             #expect(!FileManager.default.fileExists(atPath: a.path("mode")))
+        }
+    }
+
+    @Test("completion offers only the choices a shell takes as they are: a choice holding $(...) runs nothing")
+    func completionOffersPlainChoices() throws {
+        try withTwoMounts { (a, _, dir) throws in
+            let marker = dir.path + "/ran"
+            let schema = dir.path + "/hostile.json"
+            try Data(#"{"keys": {"mode": {"type": "string", "choices": ["ok", "$(touch \#(marker))", "a b", "line\\nbreak", ""]}}}"#.utf8)
+                .write(to: URL(fileURLWithPath: schema))
+            #expect(try run(kvsfsBinary, ["schema", "set", a.mountpoint, schema]).status == 0)
+            // What the completion scripts run, and hand to compgen -W.
+            let completion = try run(kvsfsBinary, ["---completion", "set", "--", "-string", "4", "0", "kvsfs", "set", a.path("mode"), "-string", ""])
+            #expect(completion.standardOutput == "ok\n", "\(completion)")
+            #expect(!FileManager.default.fileExists(atPath: marker), "the choice ran a command")
         }
     }
 

@@ -95,7 +95,7 @@ struct HeldSchemaTests {
         }
     }
 
-    @Test("what a write() can already tell: a whole document for any rule, unquoted text for its type")
+    @Test("what the first bytes settle: a whole document for any rule; text for its type, and for a string what more characters cannot mend")
     func settledAtWrite() throws {
         let held = HeldSchema(version: 1, text: Self.schema)
         func settled(_ text: String, _ key: String = "port") -> String? {
@@ -106,7 +106,11 @@ struct HeldSchemaTests {
         #expect(settled("<integer>70000</inte") == nil, "not whole yet")
         #expect(settled("<integer>8080</integer>") == nil)
         #expect(settled("fas", "mode") == nil, "text may yet become a choice")
-        #expect(settled("\"turbo\"", "mode") == nil, "a quoted string may yet begin an OpenStep dictionary")
+        #expect(settled("slo", "mode") == "choices", "no choice begins with it")
+        #expect(settled("slow\n", "mode") == "choices", "whitespace ended the word")
+        #expect(settled("fast\n", "mode") == nil)
+        #expect(settled("// a comment\n", "mode") == nil, "not a string yet")
+        #expect(settled("\"turbo\"", "mode") == "choices", "a quoted string is whole, or begins a dictionary, which a string rule refuses too")
         #expect(settled("<string>turbo</string>", "mode") == "choices")
         #expect(settled("yes", "feature.on") == "type", "a boolean is neither a string nor a dictionary")
         #expect(settled("{\"a\": 1}", "other") == nil, "no rule for the key")
