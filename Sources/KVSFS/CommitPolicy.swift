@@ -83,10 +83,17 @@ extension KeyValueFileSystem {
     /// value then holds up no other request. Only a guess: the commit, under the lock, uses
     /// it only if the handle still holds the same bytes.
     func decodeUnlocked(_ handle: FileHandle) -> DecodedContent? {
-        decodeUnlocked { ns in
-            guard let file = ns.handles[handle], file.shown == nil, file.node.key != nil else { return nil }
-            return file.state.dueBytes
+        var decodedAtWrite: DecodedContent?
+        let decoded = decodeUnlocked { ns in
+            guard let file = ns.handles[handle], file.shown == nil, file.node.key != nil, let due = file.state.dueBytes else { return nil }
+            // Decoded already at the write that made them, for the store's schema.
+            if let atWrite = file.decodedAtWrite, atWrite.bytes == due {
+                decodedAtWrite = atWrite
+                return nil
+            }
+            return due
         }
+        return decodedAtWrite ?? decoded
     }
 
     /// Decodes the bytes `pick` finds under the lock, after letting go of it.

@@ -101,6 +101,9 @@ final class OpenFile {
     let shown: ShownChange?
     /// How far what this handle wrote is known to begin a value (`checkPrefix`).
     var prefix = WrittenPrefix.checking(ValuePrefixCheck(), checked: 0, known: 0)
+    /// What the bytes held at a write decoded to, when the store's schema asked (`write`):
+    /// the commit takes it if the handle still holds those bytes, rather than decode again.
+    var decodedAtWrite: DecodedContent?
 
     /// Opened with O_APPEND: every write goes to the end of what the handle holds, wherever
     /// the kernel, whose idea of the file's size may be out of date, says it goes.

@@ -111,8 +111,16 @@ extension KeyValueFileSystem {
                 if file.shown == nil, let key = file.node.key {
                     try checkPrefix(of: file, in: buffer, writtenFrom: offset, to: end)
                     // Bytes past this write's end (an older value rewritten in place) may yet be cut.
-                    if end == buffer.count, let violation = store.schema.settledViolation(ofWritten: buffer, forKey: key) {
-                        throw StoreError.schemaViolation(violation)
+                    let schema = store.schema
+                    if end == buffer.count, schema.judgesWritten(buffer, forKey: key) {
+                        let decoded = DecodedContent(bytes: buffer, value: Result { () throws(StoreError) in
+                            try PropertyListCodec.decode(buffer, limits: decodingLimits)
+                        })
+                        file.decodedAtWrite = decoded
+                        if case .success(let value) = decoded.value,
+                           let violation = schema.settledViolation(of: value, written: buffer, forKey: key) {
+                            throw StoreError.schemaViolation(violation)
+                        }
                     }
                 }
             } catch {

@@ -115,26 +115,37 @@ extension HeldSchema {
     /// past `maxLength`, choices none of which begins with it, a pattern nothing can complete).
     /// A binary property list is judged whole: its trailer comes last.
     public func settledViolation(ofWritten bytes: [UInt8], forKey key: String) -> SchemaViolation? {
-        guard let rules, rules.judges(key), bytes.count <= Self.writtenBytesJudged else { return nil }
-        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
-        guard let first = bytes.first(where: { !isSpace($0) }), let last = bytes.last(where: { !isSpace($0) }),
-              !bytes.starts(with: Array("bplist".utf8)) else { return nil }
-        let structured = Array("<{[(".utf8).contains(first)
-        // A structure can only be whole once it has closed: no decoding before.
-        if structured, !Array(">}])".utf8).contains(last) { return nil }
-        let value: PropertyListValue
+        guard judgesWritten(bytes, forKey: key) else { return nil }
         do {
-            value = try PropertyListCodec.decode(bytes)
+            return settledViolation(of: try PropertyListCodec.decode(bytes), written: bytes, forKey: key)
         } catch {
             // Not a whole value yet (or not one at all, which the prefix check and the commit
             // say): nothing for the schema to judge.
             return nil
         }
-        guard let violation = rules.violation(key: key, value: value) else { return nil }
-        if structured { return violation }
+    }
+
+    private static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+
+    /// Whether the first bytes of `key`'s value are worth decoding for `settledViolation`:
+    /// a rule judges the key, they are within `writtenBytesJudged`, and they may be whole (a
+    /// structure that has closed, or text).
+    public func judgesWritten(_ bytes: [UInt8], forKey key: String) -> Bool {
+        guard let rules, bytes.count <= Self.writtenBytesJudged, rules.judges(key) else { return false }
+        guard let first = bytes.first(where: { !Self.isSpace($0) }), let last = bytes.last(where: { !Self.isSpace($0) }),
+              !bytes.starts(with: Array("bplist".utf8)) else { return false }
+        // A structure can only be whole once it has closed.
+        return !Array("<{[(".utf8).contains(first) || Array(">}])".utf8).contains(last)
+    }
+
+    /// `settledViolation`, given `value`, what the first bytes `written` decode to.
+    public func settledViolation(of value: PropertyListValue, written bytes: [UInt8], forKey key: String) -> SchemaViolation? {
+        guard let rules, let first = bytes.first(where: { !Self.isSpace($0) }),
+              let violation = rules.violation(key: key, value: value) else { return nil }
+        if Array("<{[(".utf8).contains(first) { return violation }
         if case .otherKey = violation.breach.part { return violation }
         guard case .string(let text) = value else { return nil }
-        let grows = first != UInt8(ascii: "\"") && first != UInt8(ascii: "'") && !isSpace(bytes.last!)
+        let grows = first != UInt8(ascii: "\"") && first != UInt8(ascii: "'") && !Self.isSpace(bytes.last!)
         for rule in rules.rules(for: key) {
             guard let type = rule.type, !type.admits(.dictionary([:])), !type.admits(.real(0)) else { continue }
             func settled(_ part: SchemaBreach.Part) -> SchemaViolation {
