@@ -141,6 +141,19 @@ struct SchemaTests {
             let completion = try run(kvsfsBinary, ["---completion", "set", "--", "-string", "4", "0", "kvsfs", "set", b.path("mode"), "-string", ""])
             #expect(completion.standardOutput.split(separator: "\n") == ["fast", "safe"], "\(completion)")
 
+            // A mount that first syncs now fetches the values set before the schema: it takes
+            // them, as the remote keeps them, and tells of each in a schema-violation event.
+            let c = try DaemonMount(mountpoint: dir.subdirectory("c"), dataDirectory: dir.subdirectory("data-c"),
+                                    extraArguments: ["--remote", "file://\(dir.path)/cloud/cloud.sqlite"])
+            defer { c.stop() }
+            #expect(try run(kvsfsBinary, ["sync", c.mountpoint]).status == 0)
+            #expect(try String(contentsOfFile: c.path("port"), encoding: .utf8).contains("<integer>0</integer>"))
+            let cEvents = try run("/usr/bin/timeout", ["2", kvsfsBinary, "events", "--all", c.mountpoint])
+            #expect(cEvents.standardOutput.contains(#""keys":["host","port"]"#), "\(cEvents)")
+            #expect(cEvents.standardOutput.contains(#"\"host\": a string breaks the rule pattern"#), "\(cEvents)")
+            #expect(cEvents.standardOutput.contains(#""reason":"schema-violation""#), "\(cEvents)")
+            #expect(c.logText().contains("changes from the remote hold values that break the store's schema"), "\(c.logText())")
+
             // Removed: nothing is checked, and the file's defaults (none here) take over.
             let removed = try run(kvsfsBinary, ["schema", "set", "--remove", a.mountpoint])
             #expect(removed.standardOutput == "the store's schema is removed (version 2)\n", "\(removed)")
