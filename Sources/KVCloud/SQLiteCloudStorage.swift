@@ -41,9 +41,7 @@ public final class SQLiteCloudStorage: CloudStorage {
                 try db.execute(sql: "PRAGMA cache_size = -1024")  // KiB per connection
             }
             OwnerOnlyFile.create(path)
-            database = try DatabasePool(path: path, configuration: configuration)
-            try Self.commitDurably(database)
-            try Self.migrator.migrate(database)
+            database = try Self.openMigrated(path: path, configuration: configuration)
             // Read once the file is open: a file put at `path` later is not this one.
             guard let found = Self.fileID(path) else { throw CloudError.unavailable("\(path) went away as it was opened") }
             opened = found
@@ -53,6 +51,27 @@ public final class SQLiteCloudStorage: CloudStorage {
             throw .unavailable("\(path): \(error)")
         }
         file = opened
+    }
+
+    /// The pool on `path`, durable and migrated. Several processes may open a fresh file at
+    /// once (two mounts started together): one's switch to WAL finds the file locked, or one's
+    /// migration fails on what another's made first (its transaction rolled back). Such an
+    /// opener tries again, a few times within about two seconds, and finds the file ready.
+    private static func openMigrated(path: String, configuration: Configuration) throws -> DatabasePool {
+        var pause = 0.02
+        var attempt = 1
+        while true {
+            do {
+                let database = try DatabasePool(path: path, configuration: configuration)
+                try commitDurably(database)
+                try migrator.migrate(database)
+                return database
+            } catch let error as DatabaseError where attempt < 8 && (error.resultCode == .SQLITE_BUSY || error.resultCode == .SQLITE_ERROR) {
+                Thread.sleep(forTimeInterval: pause)
+                pause = min(pause * 2, 0.5)
+                attempt += 1
+            }
+        }
     }
 
     /// Puts the pool's writer at `synchronous = FULL` (see above): after the pool is open, since
