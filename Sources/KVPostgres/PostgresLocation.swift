@@ -46,8 +46,18 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         return configuration
     }
 
-    /// For the pool of connections a server uses.
-    var clientConfiguration: PostgresClient.Configuration {
+    /// For a pool of a server's: `kept` connections opened at start and kept open, and up to
+    /// `most` when queries wait for one.
+    ///
+    /// The pool schedules a timer each time a connection goes back to it: a keep-alive, and an
+    /// idle timeout for a connection beyond those kept. Each timer is a sleeping task that the
+    /// next lease cancels, but a cancelled sleep keeps its task and its dispatch timer until its
+    /// deadline: with the defaults (30 and 60 s), at thousands of queries a second, that was a
+    /// hundred megabytes after a minute. So there is no keep-alive (the listening connection
+    /// has its probe, `followChanges`, and a connection that closes is made again by the pool),
+    /// and an extra connection is closed after `idleTimeout` unused, which bounds what its
+    /// cancelled timers hold to that many seconds of queries.
+    func clientConfiguration(kept: Int, most: Int) -> PostgresClient.Configuration {
         let tls: PostgresClient.Configuration.TLS = switch (tlsConfiguration, sslMode) {
         case (nil, _): .disable
         case (let tls?, "prefer"): .prefer(tls)
@@ -56,9 +66,14 @@ public struct PostgresLocation: Sendable, CustomStringConvertible {
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: username, password: password, database: database, tls: tls)
         configuration.options.connectTimeout = .seconds(5)
-        configuration.options.maximumConnections = 16
+        configuration.options.minimumConnections = kept
+        configuration.options.maximumConnections = most
+        configuration.options.connectionIdleTimeout = Self.idleTimeout
+        configuration.options.keepAliveBehavior = nil
         return configuration
     }
+
+    static let idleTimeout = Duration.seconds(1)
 
     /// For one connection (setting up the tables), whose failure tells why.
     func connectionConfiguration() throws -> PostgresConnection.Configuration {

@@ -19,6 +19,14 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
     /// Notified with a token's id when it is revoked.
     public static let tokenChannel = "kvsfs_tokens"
 
+    /// The pool for reads, listening and accounts: one connection listens for good, and a
+    /// store's event streams share one read per change (`StoreReads`), so a few serve
+    /// thousands of streams.
+    static let readConnections = (kept: 2, most: 16)
+    /// The pool group commit takes its connections from: one group commits at a time
+    /// (`PushGroups`).
+    static let pushConnections = (kept: 1, most: 2)
+
     let client: PostgresClient
     /// The group commits' own connections: a push never waits behind the reads of the
     /// stores' event streams for a connection.
@@ -56,11 +64,12 @@ public final class PostgresServerStorage: ServerStorage, AccountStorage {
         self.location = location
         self.admission = admission
         self.logger = logger
-        var configuration = location.clientConfiguration
-        configuration.options.additionalStartupParameters.append((SynchronousCommit.parameter, synchronousCommit))
+        let session = (SynchronousCommit.parameter, synchronousCommit)
+        var configuration = location.clientConfiguration(kept: Self.readConnections.kept, most: Self.readConnections.most)
+        configuration.options.additionalStartupParameters.append(session)
         let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        var pushes = configuration
-        pushes.options.maximumConnections = 2
+        var pushes = location.clientConfiguration(kept: Self.pushConnections.kept, most: Self.pushConnections.most)
+        pushes.options.additionalStartupParameters.append(session)
         let pushClient = PostgresClient(configuration: pushes, backgroundLogger: logger)
         self.client = client
         self.pushClient = pushClient
