@@ -24,7 +24,10 @@ bench_cleanup() {
     wait 2>/dev/null || true
     rm -rf "$work"
     if [ -n "${postgres_server:-}" ]; then
-        psql "$postgres_server/postgres" -q -c "DROP DATABASE IF EXISTS $postgres_name WITH (FORCE)"
+        # As the superuser: only it may end an autovacuum worker still on the database after a
+        # run of many writes, which kept the database from being dropped.
+        runuser -u postgres -- psql -p "${postgres_server##*:}" -q \
+            -c "DROP DATABASE IF EXISTS $postgres_name WITH (FORCE)"
     fi
 }
 
