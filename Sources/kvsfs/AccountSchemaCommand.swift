@@ -44,7 +44,7 @@ extension Account {
 
         func run() throws {
             let (account, stored) = try Account.addressed(store)
-            let text: [UInt8]? = try file.map(Self.read)
+            let text: [UInt8]? = try file.map(SchemaText.read)
             let change = remove || text != nil
             let ifVersion = ifVersion
             let schema = try Account.withStore(database, account: account) { storage throws(CloudError) -> RemoteSchema in
@@ -58,22 +58,6 @@ extension Account {
                 if shown.last != UInt8(ascii: "\n") { output.append(UInt8(ascii: "\n")) }
             }
             FileHandle.standardOutput.write(Data(output))
-        }
-
-        /// The bytes of `path` (`-`: standard input), read no further than a schema may be.
-        private static func read(_ path: String) throws -> [UInt8] {
-            let handle = path == "-" ? FileHandle.standardInput : FileHandle(forReadingAtPath: path)
-            guard let handle else { throw CommandFailure("cannot read \(path): \(String(cString: strerror(errno)))") }
-            let data: Data
-            do {
-                data = try handle.read(upToCount: SchemaLimits.bytes + 1) ?? Data()
-            } catch {
-                throw CommandFailure("cannot read \(path): \(error.localizedDescription)")
-            }
-            guard data.count <= SchemaLimits.bytes else {
-                throw CommandFailure("\(path) is over \(SchemaLimits.bytes) bytes, the most a schema may be")
-            }
-            return [UInt8](data)
         }
     }
 }
