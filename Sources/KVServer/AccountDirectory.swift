@@ -45,13 +45,18 @@ public struct AccountDirectory: Sendable {
     /// The scope of a presented token; nil for an unknown, wrong or revoked one.
     public func scope(of token: String) async throws(AccountError) -> TokenScope? {
         guard let (id, secret) = Self.parse(token) else { return nil }
-        return Self.scope(of: try await storage.activeToken(id: id), secret: secret)
+        let storage = storage
+        // Every request asks, an event stream too, whose task would keep the lookup's memory.
+        return Self.scope(of: try await inTaskOfItsOwn { () throws(AccountError) in try await storage.activeToken(id: id) },
+                          secret: secret)
     }
 
     /// The same for a token an open event stream was opened with (`stillActiveToken`).
     public func stillActiveScope(of token: String) async throws(AccountError) -> TokenScope? {
         guard let (id, secret) = Self.parse(token) else { return nil }
-        return Self.scope(of: try await storage.stillActiveToken(id: id), secret: secret)
+        let storage = storage
+        return Self.scope(of: try await inTaskOfItsOwn { () throws(AccountError) in try await storage.stillActiveToken(id: id) },
+                          secret: secret)
     }
 
     private static func scope(of record: TokenRecord?, secret: String) -> TokenScope? {

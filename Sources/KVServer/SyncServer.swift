@@ -196,9 +196,12 @@ public struct SyncServer: Sendable {
         let bearer = context.bearer
         let query = WireQuery(request.uri.query)
         let (after, mark) = try wire { () throws(WireError) in (try query.after(), try query.mark()) }
-        // A stream from another history is refused before it starts, as a fetch is.
-        _ = try await checkingHistory(of: stored, scope: bearer.scope) { () throws(CloudError) in
-            try await storage.changes(in: stored, after: after, mark: mark, limit: 1)
+        // A stream from another history is refused before it starts, as a fetch is; in a task
+        // of its own, which the stream's does not outlive.
+        try await inTaskOfItsOwn { [self] in
+            _ = try await checkingHistory(of: stored, scope: bearer.scope) { () throws(CloudError) in
+                try await storage.changes(in: stored, after: after, mark: mark, limit: 1)
+            }
         }
         return Response(
             status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-cache"],
