@@ -99,7 +99,6 @@ extension KeyValueFileSystem {
     /// Decodes the bytes `pick` finds under the lock, after letting go of it.
     func decodeUnlocked(_ pick: (inout Namespace) -> [UInt8]?) -> DecodedContent? {
         guard let bytes = state.withLock({ pick(&$0) }), !bytes.isEmpty else { return nil }
-        let limits = decodingLimits
-        return DecodedContent(bytes: bytes, value: Result { () throws(StoreError) in try PropertyListCodec.decode(bytes, limits: limits) })
+        return DecodedContent(decoding: bytes, limits: decodingLimits)
     }
 }

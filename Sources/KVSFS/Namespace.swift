@@ -75,6 +75,11 @@ extension Node.Kind {
 struct DecodedContent {
     let bytes: [UInt8]
     let value: Result<PropertyListValue, StoreError>
+
+    init(decoding bytes: [UInt8], limits: PropertyListDecodingLimits) {
+        self.bytes = bytes
+        value = Result { () throws(StoreError) in try PropertyListCodec.decode(bytes, limits: limits) }
+    }
 }
 
 /// The content of an editor's scratch file.

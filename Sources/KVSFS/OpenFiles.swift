@@ -113,9 +113,7 @@ extension KeyValueFileSystem {
                     // Bytes past this write's end (an older value rewritten in place) may yet be cut.
                     let schema = store.schema
                     if end == buffer.count, schema.judgesWritten(buffer, forKey: key) {
-                        let decoded = DecodedContent(bytes: buffer, value: Result { () throws(StoreError) in
-                            try PropertyListCodec.decode(buffer, limits: decodingLimits)
-                        })
+                        let decoded = DecodedContent(decoding: buffer, limits: decodingLimits)
                         file.decodedAtWrite = decoded
                         if case .success(let value) = decoded.value,
                            let violation = schema.settledViolation(of: value, written: buffer, forKey: key) {

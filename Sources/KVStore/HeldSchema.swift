@@ -126,6 +126,8 @@ extension HeldSchema {
     }
 
     private static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+    /// What a structured value (XML, a dictionary, an array, OpenStep) opens with.
+    private static let openings = Array("<{[(".utf8)
 
     /// Whether the first bytes of `key`'s value are worth decoding for `settledViolation`:
     /// a rule judges the key, they are within `writtenBytesJudged`, and they may be whole (a
@@ -135,14 +137,14 @@ extension HeldSchema {
         guard let first = bytes.first(where: { !Self.isSpace($0) }), let last = bytes.last(where: { !Self.isSpace($0) }),
               !bytes.starts(with: Array("bplist".utf8)) else { return false }
         // A structure can only be whole once it has closed.
-        return !Array("<{[(".utf8).contains(first) || Array(">}])".utf8).contains(last)
+        return !Self.openings.contains(first) || Array(">}])".utf8).contains(last)
     }
 
     /// `settledViolation`, given `value`, what the first bytes `written` decode to.
     public func settledViolation(of value: PropertyListValue, written bytes: [UInt8], forKey key: String) -> SchemaViolation? {
         guard let rules, let first = bytes.first(where: { !Self.isSpace($0) }),
               let violation = rules.violation(key: key, value: value) else { return nil }
-        if Array("<{[(".utf8).contains(first) { return violation }
+        if Self.openings.contains(first) { return violation }
         if case .otherKey = violation.breach.part { return violation }
         guard case .string(let text) = value else { return nil }
         let grows = first != UInt8(ascii: "\"") && first != UInt8(ascii: "'") && !Self.isSpace(bytes.last!)
